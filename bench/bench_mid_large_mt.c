@@ -1,0 +1,282 @@
+/* bench_mid_large_mt — multi-threaded random malloc/free churn over 8..34 KiB.
+ *
+ *   bench_mid_large_mt [threads=2] [cycles=1000000] [ws=128] [seed=42]
+ *
+ * Every thread owns a table of `ws` slots (initially empty) and a private PRNG
+ * seeded from seed + thread index.  Each step draws one 64-bit random number:
+ * the upper half picks a slot, the lower half picks a base size of 8, 16 or
+ * 32 KiB plus 0..2048 extra bytes.  An occupied slot is verified and freed; an
+ * empty one is filled with a fresh malloc whose first 8 bytes and last byte
+ * are written.  Each step is one malloc or one free; ops = threads * cycles.
+ *
+ * Time is wall time from the start barrier (all threads created and ready;
+ * the clock is read before any of them is released) until the last one has
+ * been joined.  Blocks still live are freed by the main
+ * thread afterwards, outside the timed region.
+ *
+ * The single result line on stdout is
+ *   Throughput = N ops/s (threads=..., cycles=..., ws=..., seed=..., time=T s)
+ * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation failure or
+ * detected heap corruption, 2 bad arguments. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROG          "bench_mid_large_mt"
+#define EXTRA_SPAN    2049u           /* extra bytes 0..2048 */
+#define THREADS_LIMIT 4096u
+#define WS_LIMIT      (1u << 24)
+
+struct slot {
+    unsigned char *p;
+    uint32_t size;
+};
+
+struct worker {
+    pthread_t tid;
+    unsigned index;
+    uint64_t seed;
+    struct slot *tab;        /* handed to main for the final cleanup */
+    char pad[64];            /* keep neighbouring workers on separate lines */
+};
+
+static uint64_t g_cycles = 1000000, g_ws = 128;
+static pthread_barrier_t g_start;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [threads=2] [cycles=1000000] [ws=128] [seed=42]\n"
+            "  threads  worker threads, 1..%u\n"
+            "  cycles   malloc/free operations per thread (positive integer)\n"
+            "  ws       table slots per thread, 1..%u\n"
+            "  seed     PRNG seed (non-negative integer); thread i uses seed+i\n",
+            THREADS_LIMIT, WS_LIMIT);
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    for (const char *c = s; *c; c++)
+        if (*c < '0' || *c > '9')
+            return -1;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    if ((uint64_t)v < lo || (uint64_t)v > hi)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static void arg_or_die(int argc, char **argv, int i, const char *name,
+                       uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (i >= argc)
+        return;
+    if (parse_u64(argv[i], lo, hi, out) != 0) {
+        if (hi == UINT64_MAX)
+            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
+                    name, argv[i], lo);
+        else
+            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
+                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
+        usage(stderr);
+        exit(2);
+    }
+}
+
+/* Fatal error from any thread: report and leave without running exit
+ * handlers while other threads may still be allocating. */
+static void fatal(void)
+{
+    fflush(stderr);
+    _exit(1);
+}
+
+/* splitmix64 */
+static inline uint64_t rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t cookie_of(const void *p, uint32_t idx, unsigned thr)
+{
+    return ((uint64_t)(uintptr_t)p ^ 0xA5C3F00DD15EA5E5ull)
+         + ((uint64_t)idx * 0x9E3779B97F4A7C15ull)
+         + ((uint64_t)thr << 40);
+}
+
+static inline unsigned char tail_of(uint64_t cookie, uint32_t size)
+{
+    return (unsigned char)((cookie >> 13) ^ size ^ 0x5Au);
+}
+
+static inline void fill(unsigned char *p, uint32_t size, uint32_t idx, unsigned thr)
+{
+    uint64_t c = cookie_of(p, idx, thr);
+    memcpy(p, &c, sizeof c);
+    p[size - 1] = tail_of(c, size);
+}
+
+static inline void check(const struct slot *s, uint32_t idx, unsigned thr, uint64_t step)
+{
+    uint64_t want = cookie_of(s->p, idx, thr), got;
+    memcpy(&got, s->p, sizeof got);
+    unsigned char tw = tail_of(want, s->size), tg = s->p[s->size - 1];
+    if (got != want || tg != tw) {
+        fprintf(stderr,
+                PROG ": heap corruption in thread %u at step %" PRIu64 ", slot %" PRIu32
+                " (ptr %p, size %" PRIu32 "): head %016" PRIx64 " expected %016" PRIx64
+                ", tail 0x%02x expected 0x%02x\n",
+                thr, step, idx, (void *)s->p, s->size, got, want, tg, tw);
+        fatal();
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    const uint64_t cycles = g_cycles, nslots = g_ws;
+    const unsigned thr = w->index;
+    struct slot *tab = w->tab;
+    uint64_t rng = w->seed + thr;
+
+    pthread_barrier_wait(&g_start);     /* 1: everyone is ready */
+    pthread_barrier_wait(&g_start);     /* 2: main has read the clock, go */
+
+    for (uint64_t i = 0; i < cycles; i++) {
+        uint64_t r = rng_next(&rng);
+        uint32_t idx = (uint32_t)(((r >> 32) * nslots) >> 32);
+        struct slot *s = &tab[idx];
+        if (s->p != NULL) {
+            check(s, idx, thr, i);
+            free(s->p);
+            s->p = NULL;
+        } else {
+            uint32_t lo = (uint32_t)r;
+            uint32_t base = 8192u << (((lo & 0xFFFFu) * 3u) >> 16);         /* 8/16/32 KiB */
+            uint32_t extra = (uint32_t)(((uint64_t)(lo >> 16) * EXTRA_SPAN) >> 16); /* 0..2048 */
+            uint32_t size = base + extra;
+            unsigned char *p = malloc(size);
+            if (p == NULL) {
+                fprintf(stderr, PROG ": malloc(%" PRIu32 ") failed in thread %u at step %"
+                                PRIu64 "\n", size, thr, i);
+                fatal();
+            }
+            fill(p, size, idx, thr);
+            s->p = p;
+            s->size = size;
+        }
+    }
+    return NULL;
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t nthreads = 2, seed = 42;
+
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stderr);
+        return 0;
+    }
+    if (argc > 5) {
+        fprintf(stderr, PROG ": too many arguments\n");
+        usage(stderr);
+        return 2;
+    }
+    arg_or_die(argc, argv, 1, "threads", 1, THREADS_LIMIT, &nthreads);
+    arg_or_die(argc, argv, 2, "cycles", 1, UINT64_MAX, &g_cycles);
+    arg_or_die(argc, argv, 3, "ws", 1, WS_LIMIT, &g_ws);
+    arg_or_die(argc, argv, 4, "seed", 0, UINT64_MAX, &seed);
+
+    const unsigned n = (unsigned)nthreads;
+    struct worker *workers = calloc(n, sizeof *workers);
+    if (workers == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    for (unsigned t = 0; t < n; t++) {
+        workers[t].index = t;
+        workers[t].seed = seed;
+        /* Whole cache lines per table, so threads never share one. */
+        size_t bytes = ((size_t)g_ws * sizeof(struct slot) + 63u) & ~(size_t)63u;
+        workers[t].tab = aligned_alloc(64, bytes);
+        if (workers[t].tab == NULL) {
+            fprintf(stderr, PROG ": cannot allocate table of %" PRIu64 " slots\n", g_ws);
+            return 1;
+        }
+        memset(workers[t].tab, 0, bytes);
+    }
+
+    int rc = pthread_barrier_init(&g_start, NULL, n + 1);
+    if (rc != 0) {
+        fprintf(stderr, PROG ": pthread_barrier_init: %s\n", strerror(rc));
+        return 1;
+    }
+    for (unsigned t = 0; t < n; t++) {
+        rc = pthread_create(&workers[t].tid, NULL, worker_main, &workers[t]);
+        if (rc != 0) {
+            fprintf(stderr, PROG ": pthread_create (thread %u): %s\n", t, strerror(rc));
+            fatal();
+        }
+    }
+
+    /* Read the clock between the two barrier phases: no worker can start
+     * before t0, and thread start-up is not timed. */
+    pthread_barrier_wait(&g_start);
+    double t0 = now_sec();
+    pthread_barrier_wait(&g_start);
+    for (unsigned t = 0; t < n; t++) {
+        rc = pthread_join(workers[t].tid, NULL);
+        if (rc != 0) {
+            fprintf(stderr, PROG ": pthread_join (thread %u): %s\n", t, strerror(rc));
+            fatal();
+        }
+    }
+    double t1 = now_sec();
+    pthread_barrier_destroy(&g_start);
+
+    /* Cleanup outside the timed region: verify and free what is still live. */
+    for (unsigned t = 0; t < n; t++) {
+        struct slot *tab = workers[t].tab;
+        for (uint64_t i = 0; i < g_ws; i++) {
+            if (tab[i].p != NULL) {
+                check(&tab[i], (uint32_t)i, t, g_cycles);
+                free(tab[i].p);
+            }
+        }
+        free(tab);
+    }
+    free(workers);
+
+    double secs = t1 - t0;
+    if (secs < 1e-9)
+        secs = 1e-9;
+    double ops = (double)nthreads * (double)g_cycles;
+    uint64_t tput = (uint64_t)(ops / secs);
+    printf("Throughput = %" PRIu64 " ops/s (threads=%" PRIu64 ", cycles=%" PRIu64
+           ", ws=%" PRIu64 ", seed=%" PRIu64 ", time=%.6f s)\n",
+           tput, nthreads, g_cycles, g_ws, seed, secs);
+    return 0;
+}
