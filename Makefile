@@ -1,0 +1,107 @@
+# hakmem — build, test, benchmark, install.
+#   make                      libhakmem.so + libhakmem.a (optimised)
+#   make DEBUG=1              -O0 -g with internal assertions
+#   make L2_RING=N L25_RING=M per-thread ring capacities of the L2 / L2.5 pools
+#   make test                 every test (installs missing test dependencies)
+#   make bench / bench-full   benchmarks, hakmem against other allocators
+#   make install PREFIX=/usr/local DESTDIR=
+
+CC       ?= gcc
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+L2_RING  ?= 48
+L25_RING ?= 16
+DEBUG    ?= 0
+
+BUILD    := build
+OBJDIR   := $(BUILD)/obj
+
+KNOBS    := -DPOOL_L2_RING_CAP=$(L2_RING) -DPOOL_L25_RING_CAP=$(L25_RING)
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+ifeq ($(DEBUG),1)
+  OPT    := -O0 -g -DHAK_DEBUG=1
+else
+  OPT    := -O2 -g -DNDEBUG
+endif
+CFLAGS_LIB := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fvisibility=hidden \
+              -fno-semantic-interposition -ftls-model=initial-exec \
+              -fno-builtin-malloc -fno-builtin-free \
+              $(OPT) $(WARN) $(KNOBS) -Icore $(EXTRA_CFLAGS)
+
+CORE_SRC := $(wildcard core/*.c)
+CORE_HDR := $(wildcard core/*.h core/box/*.h)
+CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
+
+.PHONY: all lib test bench bench-full install uninstall clean benches tests
+
+all: lib benches
+
+lib: libhakmem.so libhakmem.a
+
+$(OBJDIR)/%.o: core/%.c $(CORE_HDR) Makefile | $(OBJDIR)
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(OBJDIR):
+	mkdir -p $@
+
+libhakmem.so: $(CORE_OBJ)
+	$(CC) -shared -pthread -Wl,-z,now -o $@ $(CORE_OBJ) -ldl
+
+libhakmem.a: $(CORE_OBJ)
+	rm -f $@ && ar rcs $@ $(CORE_OBJ)
+
+# ---- benchmarks: NAME_system (libc malloc) and NAME_hakmem (-lhakmem) ----
+BENCH_SRC   := $(wildcard bench/*.c)
+BENCH_NAMES := $(patsubst bench/%.c,%,$(BENCH_SRC))
+BENCH_BINS  := $(foreach b,$(BENCH_NAMES),$(BUILD)/bench/$(b)_system $(BUILD)/bench/$(b)_hakmem)
+BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -pthread -Wall -Wextra -Icore
+
+benches: $(BENCH_BINS)
+
+$(BUILD)/bench/%_system: bench/%.c | $(BUILD)/bench
+	$(CC) $(BENCH_CFLAGS) $< -o $@
+
+$(BUILD)/bench/%_hakmem: bench/%.c libhakmem.a | $(BUILD)/bench
+	$(CC) $(BENCH_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -ldl
+
+$(BUILD)/bench:
+	mkdir -p $@
+
+bench: lib benches
+	scripts/bench_compare.sh --quick
+
+bench-full: lib benches
+	scripts/bench_compare.sh
+
+# ---- tests ---------------------------------------------------------------
+# tests/unit/*.c and tests/stress/*.c are cmocka programs linked with libhakmem.a.
+TEST_SRC  := $(wildcard tests/unit/*.c tests/stress/*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Itests
+
+tests: $(TEST_BINS)
+
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) libhakmem.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
+
+test:
+	scripts/install_deps.sh test
+	$(MAKE) lib benches
+	$(MAKE) tests
+	scripts/run_tests.sh
+
+# ---- install ---------------------------------------------------------------
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.so
+	install -m 644 libhakmem.a $(DESTDIR)$(PREFIX)/lib/libhakmem.a
+	install -m 644 core/hakmem.h $(DESTDIR)$(PREFIX)/include/hakmem.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' hakmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.a \
+	      $(DESTDIR)$(PREFIX)/include/hakmem.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
+
+clean:
+	rm -rf $(BUILD) libhakmem.so libhakmem.a

@@ -1,0 +1,27 @@
+/* pool_ring_box — the L2 / L2.5 fast paths: a per-thread LIFO array of
+ * block pointers per class.  LIFO keeps the hot end of the ring (and the
+ * block last freed) in cache. */
+#ifndef HAK_POOL_RING_BOX_H
+#define HAK_POOL_RING_BOX_H
+
+#include "hakmem_internal.h"
+
+static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
+    return cls < HAK_L25_FIRST ? &h->l2[cls - HAK_L2_FIRST].r
+                               : &h->l25[cls - HAK_L25_FIRST].r;
+}
+
+static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
+    hak_ring_t *r = hak_pool_ring(h, cls);
+    if (hak_likely(r->count != 0)) return r->slot[--r->count];
+    return hak_pool_alloc_slow(h, r, cls);
+}
+
+/* p's slab is owned by the calling thread. */
+static inline void hak_pool_free(hak_heap_t *h, unsigned cls, void *p) {
+    hak_ring_t *r = hak_pool_ring(h, cls);
+    if (hak_unlikely(r->count >= r->cap)) hak_pool_ring_flush(h, r, r->cap / 2);
+    r->slot[r->count++] = p;
+}
+
+#endif

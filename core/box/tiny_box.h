@@ -1,0 +1,30 @@
+/* tiny_box — the Tiny fast paths: pop from / push onto the free list of a
+ * slab the calling thread owns.  No atomics, no locks. */
+#ifndef HAK_TINY_BOX_H
+#define HAK_TINY_BOX_H
+
+#include "hakmem_internal.h"
+#include "box/size_class_box.h"
+
+static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
+    unsigned cls = hak_tiny_class(size);
+    hak_slab_t *s = h->queue_head[cls];
+    hak_block_t *b = s->free;
+    if (hak_likely(b != NULL)) {
+        s->free = b->next;
+        s->used++;
+        return b;
+    }
+    return hak_tiny_alloc_slow(h, cls);
+}
+
+/* s is owned by the calling thread. */
+static inline void hak_tiny_free(hak_heap_t *h, hak_slab_t *s, void *p) {
+    hak_block_t *b = (hak_block_t *)p;
+    b->next = s->free;
+    s->free = b;
+    if (hak_unlikely(--s->used == 0 || s->flags != 0))
+        hak_slab_free_slow(h, s);
+}
+
+#endif

@@ -1,0 +1,226 @@
+/* The malloc API: routes each call to its tier, and interposes the libc
+ * names.  The fast paths (Tiny pop/push, ring pop/push) are inlined here
+ * from core/box/. */
+#include "hakmem_internal.h"
+#include "box/chunk_map_box.h"
+#include "box/pool_ring_box.h"
+#include "box/size_class_box.h"
+#include "box/tiny_box.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+/* glibc's own allocator, for blocks hakmem did not allocate. */
+extern void *__libc_malloc(size_t);
+extern void  __libc_free(void *);
+extern void *__libc_realloc(void *, size_t);
+
+static size_t page_size(void) {
+    static size_t cached;
+    if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
+    return cached;
+}
+
+/* ---- allocation ------------------------------------------------------------- */
+static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
+    if (size <= HAK_L25_MAX) return hak_pool_alloc(h, hak_mid_class(size));
+    if (size > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return hak_large_alloc(size, 0, false);
+}
+
+void *hak_malloc(size_t size) {
+    hak_heap_t *h = hak_tls_heap;
+    if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
+    return alloc_mid_or_large(h, size);
+}
+
+void *hak_calloc(size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total) || total > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total > HAK_L25_MAX) return hak_large_alloc(total, 0, true);
+    void *p = hak_malloc(total);
+    if (p != NULL) memset(p, 0, total);
+    return p;
+}
+
+/* Blocks of a power-of-two class are aligned to their size, so an aligned
+ * request up to 1 MiB takes the class of the next power of two. */
+static void *alloc_aligned(size_t align, size_t size) {
+    if (align <= 16) return hak_malloc(size);
+    if (size > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t need = size > align ? size : align;
+    if (need <= HAK_L25_MAX) {
+        size_t pow2 = need <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(need - 1));
+        void *p = hak_malloc(pow2);
+        hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
+        return p;
+    }
+    return hak_large_alloc(size, align, false);
+}
+
+int hak_posix_memalign(void **out, size_t align, size_t size) {
+    if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
+    int saved = errno;
+    void *p = alloc_aligned(align, size);
+    if (p == NULL) {
+        errno = saved;
+        return ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+
+void *hak_aligned_alloc(size_t align, size_t size) {
+    if (align == 0 || (align & (align - 1)) != 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return alloc_aligned(align, size);
+}
+
+void *hak_memalign(size_t align, size_t size) {
+    /* glibc: a non-power-of-two alignment is rounded up. */
+    if (align & (align - 1)) {
+        if (align > ((size_t)1 << 62)) {
+            errno = EINVAL;
+            return NULL;
+        }
+        align = (size_t)1 << (64 - __builtin_clzll(align));
+    }
+    return alloc_aligned(align, size);
+}
+
+void *hak_valloc(size_t size) { return alloc_aligned(page_size(), size); }
+
+void *hak_pvalloc(size_t size) {
+    size_t ps = page_size();
+    if (size > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t rounded = size == 0 ? ps : (size + ps - 1) & ~(ps - 1);
+    return alloc_aligned(ps, rounded);
+}
+
+/* ---- free ----------------------------------------------------------------------- */
+static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
+    if (p == NULL) return;
+    if (kind == HAK_CHUNK_LARGE) {
+        hak_large_free(p);
+        return;
+    }
+    if (kind == HAK_CHUNK_SS) {          /* a slab of another thread, or junk */
+        hak_slab_t *s = hak_slab_of(p);
+        if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
+        hak_remote_free(s, p);
+        return;
+    }
+    __libc_free(p);
+}
+
+void hak_free(void *p) {
+    unsigned kind = hak_chunk_kind(p);
+    if (hak_likely(kind == HAK_CHUNK_SS)) {
+        hak_slab_t *s = hak_slab_of(p);
+        hak_heap_t *h = hak_tls_heap;
+        if (hak_likely(s->owner == h)) {
+            if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);
+            else hak_pool_free(h, s->cls, p);
+            return;
+        }
+    }
+    free_cold(p, kind);
+}
+
+/* ---- sizes and realloc ------------------------------------------------------------ */
+static size_t (*libc_usable_size)(void *);
+
+size_t hak_usable_size(const void *p) {
+    unsigned kind = hak_chunk_kind(p);
+    if (kind == HAK_CHUNK_SS) {
+        hak_slab_t *s = hak_slab_of(p);
+        return s->tier == HAK_TIER_NONE ? 0 : s->block_size;
+    }
+    if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
+    if (p == NULL) return 0;
+    if (libc_usable_size == NULL)
+        libc_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    return libc_usable_size ? libc_usable_size((void *)p) : 0;
+}
+
+void *hak_realloc(void *p, size_t size) {
+    if (p == NULL) return hak_malloc(size);
+    unsigned kind = hak_chunk_kind(p);
+    if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
+    if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
+        hak_free(p);
+        return NULL;
+    }
+    if (size > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t old = hak_usable_size(p);
+    if (old == 0) hak_fatal("realloc(): invalid pointer", p);
+    if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) return hak_large_realloc(p, size);
+    /* Keep the block when the new size still fits and wastes < half of it. */
+    if (size <= old && size > old / 2) return p;
+    void *q = hak_malloc(size);
+    if (q == NULL) return NULL;
+    memcpy(q, p, size < old ? size : old);
+    hak_free(p);
+    return q;
+}
+
+void *hak_reallocarray(void *p, size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return hak_realloc(p, total);
+}
+
+/* ---- introspection and maintenance ------------------------------------------------- */
+hak_tier_t hak_tier_of(const void *p) {
+    unsigned kind = hak_chunk_kind(p);
+    if (kind == HAK_CHUNK_SS) return (hak_tier_t)hak_slab_of(p)->tier;
+    if (kind == HAK_CHUNK_LARGE && hak_large_valid(p)) return HAK_TIER_LARGE;
+    return HAK_TIER_NONE;
+}
+
+int hak_trim(size_t pad) {
+    (void)pad;
+    hak_heap_t *h = hak_tls_heap;
+    if (h != &hak_empty_heap) hak_heap_collect_remote(h);
+    bool any = hak_large_trim_cache();
+    any |= hak_ss_trim_cache();
+    return any ? 1 : 0;
+}
+
+/* ---- the libc names ------------------------------------------------------------------ */
+#define HAK_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
+
+void  *malloc(size_t size) HAK_ALIAS(hak_malloc);
+void   free(void *p) HAK_ALIAS(hak_free);
+void  *calloc(size_t n, size_t size) HAK_ALIAS(hak_calloc);
+void  *realloc(void *p, size_t size) HAK_ALIAS(hak_realloc);
+void  *reallocarray(void *p, size_t n, size_t size) HAK_ALIAS(hak_reallocarray);
+int    posix_memalign(void **out, size_t align, size_t size) HAK_ALIAS(hak_posix_memalign);
+void  *aligned_alloc(size_t align, size_t size) HAK_ALIAS(hak_aligned_alloc);
+void  *memalign(size_t align, size_t size) HAK_ALIAS(hak_memalign);
+void  *valloc(size_t size) HAK_ALIAS(hak_valloc);
+void  *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
+size_t malloc_usable_size(void *p) HAK_ALIAS(hak_usable_size);
+int    malloc_trim(size_t pad) HAK_ALIAS(hak_trim);

@@ -1,0 +1,66 @@
+/* hakmem — public API.
+ *
+ * Programs that link -lhakmem (or preload libhakmem.so) get hakmem behind the
+ * standard malloc family automatically.  The hak_* names below are the same
+ * allocator under its own names, plus a few introspection calls that tests and
+ * tools use.  Every function here is thread-safe. */
+#ifndef HAKMEM_H
+#define HAKMEM_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HAK_API __attribute__((visibility("default")))
+#else
+#define HAK_API
+#endif
+
+/* The malloc family, glibc semantics (errno = ENOMEM on failure, ...). */
+HAK_API void  *hak_malloc(size_t size);
+HAK_API void   hak_free(void *p);
+HAK_API void  *hak_calloc(size_t n, size_t size);
+HAK_API void  *hak_realloc(void *p, size_t size);
+HAK_API void  *hak_reallocarray(void *p, size_t n, size_t size);
+HAK_API int    hak_posix_memalign(void **out, size_t alignment, size_t size);
+HAK_API void  *hak_aligned_alloc(size_t alignment, size_t size);
+HAK_API void  *hak_memalign(size_t alignment, size_t size);
+HAK_API void  *hak_valloc(size_t size);
+HAK_API void  *hak_pvalloc(size_t size);
+HAK_API size_t hak_usable_size(const void *p);
+
+/* Give cached free memory back to the OS now; returns 1 if any was released. */
+HAK_API int    hak_trim(size_t pad);
+
+/* ---- Introspection -------------------------------------------------- */
+
+/* The tier that owns a pointer.  HAK_TIER_NONE: hakmem did not allocate it
+ * (NULL, a stack address, a glibc block, ...).  Never reads outside hakmem's
+ * own memory. */
+typedef enum {
+    HAK_TIER_NONE  = 0,
+    HAK_TIER_TINY  = 1,   /* <= 1024 B, per-thread slab freelists       */
+    HAK_TIER_L2    = 2,   /* 1025 B .. 52 KiB, per-thread rings         */
+    HAK_TIER_L25   = 3,   /* 52 KiB .. 1 MiB, per-thread rings          */
+    HAK_TIER_LARGE = 4    /* > 1 MiB, direct mappings                    */
+} hak_tier_t;
+
+HAK_API hak_tier_t hak_tier_of(const void *p);
+
+/* Size classes: hak_size_class(n) is the class serving a request of n bytes
+ * (-1 when n goes to the large tier), hak_class_size(c) its block size,
+ * hak_class_tier(c) its tier; classes are numbered 0..hak_class_count()-1 in
+ * increasing block size. */
+HAK_API int        hak_size_class(size_t size);
+HAK_API size_t     hak_class_size(int cls);
+HAK_API hak_tier_t hak_class_tier(int cls);
+HAK_API int        hak_class_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HAKMEM_H */

@@ -1,0 +1,174 @@
+/* Thread heaps: creation, remote frees, thread exit and adoption, fork.
+ *
+ * A heap is created (or adopted) on a thread's first allocation, found
+ * through hak_tls_heap, and abandoned when the thread exits: its rings are
+ * flushed and it waits on the abandoned list, with all its slabs, until the
+ * next new thread adopts it.  Heaps live forever (recycled, never unmapped),
+ * so a remote free can always reach slab->owner->remote. */
+#include "hakmem_internal.h"
+#include "box/chunk_map_box.h"
+#include "box/pool_ring_box.h"
+
+#include <pthread.h>
+#include <string.h>
+
+__thread hak_heap_t *hak_tls_heap = &hak_empty_heap;
+static __thread bool tls_thread_done;   /* heap already abandoned at exit */
+
+/* The sentinels: every queue of the empty heap points at the empty slab, so
+ * a thread's first malloc falls into the slow path with no extra test. */
+hak_slab_t hak_empty_slab;
+hak_heap_t hak_empty_heap = {
+    .queue_head = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_slab },
+};
+
+static hak_lock_t heap_lock;           /* heaps_all, heaps_abandoned */
+static hak_heap_t *heaps_all;
+static hak_heap_t *heaps_abandoned;
+static pthread_key_t heap_key;
+static bool heap_key_ready;
+
+_Atomic int hak_initialized;
+static hak_lock_t init_lock;
+
+/* ---- remote frees -------------------------------------------------------- */
+void hak_remote_free(hak_slab_t *s, void *p) {
+    hak_heap_t *owner = s->owner;
+    hak_block_t *b = (hak_block_t *)p;
+    hak_block_t *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+    do {
+        b->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&owner->remote, &head, b,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+void hak_heap_collect_remote(hak_heap_t *h) {
+    hak_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    while (b != NULL) {
+        hak_block_t *next = b->next;
+        hak_slab_free_local(h, b);
+        b = next;
+    }
+}
+
+/* ---- heap life cycle ------------------------------------------------------- */
+static hak_heap_t *heap_new(void) {
+    hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
+    if (h == NULL) return NULL;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->queue_head[c] = &hak_empty_slab;
+    hak_pool_init_heap(h);
+    h->next_all = heaps_all;
+    heaps_all = h;
+    return h;
+}
+
+/* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
+static hak_heap_t *heap_take_locked(void) {
+    hak_heap_t *h = heaps_abandoned;
+    if (h != NULL) {
+        heaps_abandoned = h->next_free;
+        h->next_free = NULL;
+    } else {
+        h = heap_new();
+    }
+    return h;
+}
+
+static void heap_abandon_locked(hak_heap_t *h) {
+    h->state = HAK_HEAP_ABANDONED;
+    h->next_free = heaps_abandoned;
+    heaps_abandoned = h;
+}
+
+hak_heap_t *hak_heap_for_thread(void) {
+    hak_ensure_init();
+    if (tls_thread_done) return NULL;
+    if (hak_tls_heap != &hak_empty_heap) return hak_tls_heap;
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heap_take_locked();
+    if (h != NULL) h->state = HAK_HEAP_ACTIVE;
+    hak_unlock(&heap_lock);
+    if (h == NULL) return NULL;
+    hak_tls_heap = h;
+    /* May allocate (keys past the first block); hak_tls_heap is set. */
+    if (heap_key_ready) pthread_setspecific(heap_key, h);
+    if (atomic_load_explicit(&h->remote, memory_order_relaxed) != NULL)
+        hak_heap_collect_remote(h);
+    return h;
+}
+
+static void heap_flush(hak_heap_t *h) {
+    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
+        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+    hak_heap_collect_remote(h);
+}
+
+/* pthread key destructor: the thread is exiting. */
+static void heap_thread_exit(void *arg) {
+    hak_heap_t *h = arg;
+    if (h == NULL || h != hak_tls_heap) return;
+    heap_flush(h);
+    hak_tls_heap = &hak_empty_heap;
+    tls_thread_done = true;
+    hak_lock(&heap_lock);
+    heap_abandon_locked(h);
+    hak_unlock(&heap_lock);
+}
+
+/* Allocation by a thread whose heap is gone (a destructor running after
+ * ours): borrow an abandoned heap under the lock for this one call. */
+void *hak_alloc_without_heap(size_t size) {
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heap_take_locked();
+    void *p = NULL;
+    if (h != NULL) {
+        hak_tls_heap = h;
+        p = hak_malloc(size);
+        hak_tls_heap = &hak_empty_heap;
+        heap_abandon_locked(h);
+    }
+    hak_unlock(&heap_lock);
+    return p;
+}
+
+/* ---- fork -------------------------------------------------------------------
+ * The locks are held across fork() so the child never sees one half-taken.
+ * In the child only the forking thread lives: every other thread's heap is
+ * abandoned, to be adopted by the child's next threads. */
+static void fork_prepare(void) {
+    hak_lock(&heap_lock);
+    hak_ss_lock_all();
+    hak_large_lock_all();
+}
+
+static void fork_parent(void) {
+    hak_large_unlock_all();
+    hak_ss_unlock_all();
+    hak_unlock(&heap_lock);
+}
+
+static void fork_child(void) {
+    hak_large_unlock_all();
+    hak_ss_unlock_all();
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
+        if (h != hak_tls_heap && h->state == HAK_HEAP_ACTIVE) heap_abandon_locked(h);
+    hak_unlock(&heap_lock);
+}
+
+/* ---- process start-up -------------------------------------------------------
+ * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
+ * hak_initialized is set. */
+void hak_init(void) {
+    hak_lock(&init_lock);
+    if (atomic_load_explicit(&hak_initialized, memory_order_relaxed)) {
+        hak_unlock(&init_lock);
+        return;
+    }
+    heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
+    atomic_store_explicit(&hak_initialized, 1, memory_order_release);
+    hak_unlock(&init_lock);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }

@@ -1,0 +1,241 @@
+/* hakmem — internal types and the design in brief.
+ *
+ * Address space
+ * -------------
+ * hakmem takes memory from the OS in CHUNKS of 4 MiB, aligned to 4 MiB.  A
+ * flat byte map (hak_chunk_map, one byte per chunk of the 47-bit user address
+ * space, 32 MiB of untouched .bss) says what each chunk is:
+ *   HAK_CHUNK_NONE   not hakmem's: free() hands the pointer to glibc;
+ *   HAK_CHUNK_SS     a SuperSlab: the header sits at the chunk base;
+ *   HAK_CHUNK_LARGE  part of one large block: its header sits 64 B before
+ *                    the user pointer.
+ * So free() finds any block's owner with one byte load, never touching memory
+ * that is not hakmem's.
+ *
+ * SuperSlabs and slabs
+ * --------------------
+ * A SuperSlab is one chunk split into 64 pages of 64 KiB.  A slab is a span
+ * of 1..16 pages carved into equal blocks of one size class; its descriptor
+ * (hak_slab_t) lives in the SuperSlab header, indexed by the span's first
+ * page (page_head[] maps every page to that first page).  Page 0 also holds
+ * the header, so only one-page (Tiny) slabs use it.
+ *
+ * Every SuperSlab, and so every slab, is owned by one thread heap.  Only the
+ * owner touches a slab's free list and counts: no atomics on the owner path.
+ *
+ * Tiers (size classes: core/box/size_class_box.h)
+ * -----
+ *   Tiny   <= 1024 B     malloc pops the free list of the class's current
+ *                        slab, free pushes onto the block's slab.
+ *   L2     1 KiB..52 KiB  per-thread LIFO ring of block pointers per class
+ *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
+ *                        front of the same slabs; refilled/flushed in batches.
+ *   Large  > 1 MiB       its own mapping (a whole number of chunks), with a
+ *                        small cache of freed mappings and mremap growth.
+ *
+ * Threads
+ * -------
+ * A thread's heap (hak_heap_t) is reached through one initial-exec TLS
+ * pointer that starts at an empty sentinel heap, so the fast paths need no
+ * "initialised?" test.  A free from another thread pushes the block onto the
+ * owner heap's lock-free remote list (one CAS); the owner collects the whole
+ * list in one exchange on its slow paths.  When a thread exits its heap is
+ * flushed and abandoned; the next new thread adopts it whole, so cached and
+ * remotely freed blocks are never lost.  Heaps are never unmapped, which is
+ * what lets a remote free read slab->owner and push without a lock.
+ */
+#ifndef HAKMEM_INTERNAL_H
+#define HAKMEM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "hakmem.h"
+
+#ifndef POOL_L2_RING_CAP
+#define POOL_L2_RING_CAP 48
+#endif
+#ifndef POOL_L25_RING_CAP
+#define POOL_L25_RING_CAP 16
+#endif
+
+#define HAK_INTERNAL __attribute__((visibility("hidden")))
+#define hak_likely(x)   __builtin_expect(!!(x), 1)
+#define hak_unlikely(x) __builtin_expect(!!(x), 0)
+#define HAK_NOINLINE    __attribute__((noinline))
+#define HAK_COLD        __attribute__((cold, noinline))
+
+#ifdef HAK_DEBUG
+#include <assert.h>
+#define hak_assert(x) assert(x)
+#else
+#define hak_assert(x) ((void)0)
+#endif
+
+/* ---- geometry ---------------------------------------------------------- */
+#define HAK_CHUNK_SHIFT   22                          /* 4 MiB            */
+#define HAK_CHUNK_SIZE    ((size_t)1 << HAK_CHUNK_SHIFT)
+#define HAK_ADDR_BITS     47                          /* user space        */
+#define HAK_MAP_ENTRIES   ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
+#define HAK_PAGE_SHIFT    16                          /* 64 KiB            */
+#define HAK_PAGE_SIZE     ((size_t)1 << HAK_PAGE_SHIFT)
+#define HAK_SS_PAGES      (HAK_CHUNK_SIZE / HAK_PAGE_SIZE)   /* 64         */
+#define HAK_MAX_SPAN      16                          /* pages per slab    */
+
+#define HAK_TINY_MAX      1024
+#define HAK_L2_MAX        (52 * 1024)
+#define HAK_L25_MAX       (1024 * 1024)
+
+#define HAK_TINY_CLASSES  20
+#define HAK_L2_CLASSES    23
+#define HAK_L25_CLASSES   17
+#define HAK_NUM_CLASSES   (HAK_TINY_CLASSES + HAK_L2_CLASSES + HAK_L25_CLASSES)
+#define HAK_L2_FIRST      HAK_TINY_CLASSES
+#define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
+
+/* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
+ * (a 1 MiB class keeps 2 blocks, not 16). */
+#define HAK_L25_RING_BUDGET (2u << 20)
+
+#define HAK_LARGE_HDR     64   /* header before every large block */
+
+enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2 };
+
+/* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
+typedef struct hak_block { struct hak_block *next; } hak_block_t;
+
+struct hak_heap;
+
+enum { HAK_SLAB_FULL = 1 };   /* slab is not linked in its class queue */
+
+/* One slab; 64 B so the free path touches a single cache line. */
+typedef struct hak_slab {
+    hak_block_t     *free;        /* owner-only free list                    */
+    uint32_t         used;        /* blocks out: live, in a ring, or remote  */
+    uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span */
+    uint8_t          flags;       /* HAK_SLAB_FULL                            */
+    uint8_t          cls;         /* size class                              */
+    uint8_t          npages;      /* span length in pages                    */
+    struct hak_heap *owner;
+    char            *bump;        /* next block never handed out yet         */
+    char            *end;         /* end of the last whole block             */
+    struct hak_slab *next, *prev; /* class queue (slabs with room)           */
+    uint32_t         block_size;
+    uint32_t         capacity;
+    char            *start;       /* first block                             */
+} __attribute__((aligned(64))) hak_slab_t;
+
+typedef struct hak_superslab {
+    uint64_t              magic;
+    uint64_t              free_pages;     /* bit i: page i is in no span     */
+    struct hak_heap      *owner;
+    struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
+    uint8_t               page_head[HAK_SS_PAGES];
+    hak_slab_t            slabs[HAK_SS_PAGES];
+} hak_superslab_t;
+
+#define HAK_SS_MAGIC 0x68616b53534d656dULL
+/* Tiny slabs on page 0 start here; 1 KiB alignment keeps every power-of-two
+ * Tiny class naturally aligned (memalign relies on it). */
+#define HAK_SS_DATA0 ((sizeof(hak_superslab_t) + 1023) & ~(size_t)1023)
+
+/* ---- per-thread heap ------------------------------------------------------ */
+typedef struct hak_ring {
+    uint32_t count;
+    uint32_t cap;
+    void    *slot[];
+} hak_ring_t;
+
+typedef struct { hak_ring_t r; void *slot[POOL_L2_RING_CAP]; } hak_l2_ring_t;
+typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;
+
+enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2 };
+
+typedef struct hak_heap {
+    /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
+     * entry points at a slab, the empty sentinel when the queue is empty. */
+    hak_slab_t      *queue_head[HAK_NUM_CLASSES];
+    hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
+    /* Written by other threads: a line of its own. */
+    _Atomic(hak_block_t *) remote __attribute__((aligned(64)));
+    char             pad_remote[64 - sizeof(void *)];
+    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
+    unsigned         ss_count;
+    int              state;
+    struct hak_heap *next_all;     /* every heap ever made                 */
+    struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
+    hak_l2_ring_t    l2[HAK_L2_CLASSES];
+    hak_l25_ring_t   l25[HAK_L25_CLASSES];
+} hak_heap_t;
+
+/* ---- globals and cross-file functions ------------------------------------ */
+extern uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
+extern hak_slab_t hak_empty_slab;
+extern hak_heap_t hak_empty_heap;
+extern __thread hak_heap_t *hak_tls_heap;
+
+typedef struct { _Atomic int held; } hak_lock_t;
+HAK_INTERNAL void hak_lock(hak_lock_t *l);
+static inline void hak_unlock(hak_lock_t *l) {
+    atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
+/* init and options */
+HAK_INTERNAL void hak_init(void);
+HAK_INTERNAL extern _Atomic int hak_initialized;
+static inline void hak_ensure_init(void) {
+    if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire)))
+        hak_init();
+}
+
+/* OS layer (hakmem_os.c) */
+HAK_INTERNAL void *hak_os_map(size_t len);
+HAK_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
+HAK_INTERNAL void  hak_os_unmap(void *p, size_t len);
+HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
+HAK_INTERNAL void *hak_meta_alloc(size_t size);
+HAK_INTERNAL void  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
+HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
+
+/* SuperSlabs (hakmem_superslab.c) */
+HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages);
+HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL bool hak_ss_trim_cache(void);
+HAK_INTERNAL void hak_ss_lock_all(void);
+HAK_INTERNAL void hak_ss_unlock_all(void);
+
+/* slabs (hakmem_slab.c) */
+HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
+HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL void hak_slab_free_local(hak_heap_t *h, void *p);
+
+/* Tiny (hakmem_tiny.c) */
+HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
+
+/* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
+HAK_INTERNAL void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls);
+HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
+HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
+HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
+HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
+HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
+
+/* Large tier (hakmem_large.c) */
+HAK_INTERNAL void  *hak_large_alloc(size_t size, size_t align, bool zero);
+HAK_INTERNAL void   hak_large_free(void *p);
+HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
+HAK_INTERNAL size_t hak_large_usable(const void *p);
+HAK_INTERNAL bool   hak_large_valid(const void *p);
+HAK_INTERNAL bool   hak_large_trim_cache(void);
+HAK_INTERNAL void   hak_large_lock_all(void);
+HAK_INTERNAL void   hak_large_unlock_all(void);
+
+/* Heaps and threads (hakmem_heap.c) */
+HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
+HAK_INTERNAL void hak_heap_collect_remote(hak_heap_t *h);
+HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
+HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
+
+#endif /* HAKMEM_INTERNAL_H */

@@ -1,0 +1,105 @@
+/* OS services: mappings, the chunk map, metadata memory, locks, fatal errors.
+ * Nothing here calls malloc. */
+#include "hakmem_internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* One byte per 4 MiB chunk of the 47-bit address space: 32 MiB of .bss that
+ * stays untouched (and costs nothing) except where hakmem maps memory. */
+uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
+
+void hak_lock(hak_lock_t *l) {
+    for (;;) {
+        if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
+        for (int spin = 0; atomic_load_explicit(&l->held, memory_order_relaxed); spin++) {
+            if (spin < 64) __builtin_ia32_pause();
+            else sched_yield();
+        }
+    }
+}
+
+void *hak_os_map(size_t len) {
+    int saved = errno;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    errno = saved;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void hak_os_unmap(void *p, size_t len) {
+    int saved = errno;
+    munmap(p, len);
+    errno = saved;
+}
+
+void hak_os_decommit(void *p, size_t len) {
+    int saved = errno;
+    madvise(p, len, MADV_DONTNEED);
+    errno = saved;
+}
+
+/* len and align are multiples of the page size; align is a power of two. */
+void *hak_os_map_aligned(size_t len, size_t align) {
+    /* Often the kernel hands out the next address below the last mapping,
+     * which is aligned when every earlier mapping was: try the exact size. */
+    char *p = hak_os_map(len);
+    if (p == NULL) return NULL;
+    if (((uintptr_t)p & (align - 1)) == 0) return p;
+    hak_os_unmap(p, len);
+    if (len + align < len) return NULL;
+    p = hak_os_map(len + align);
+    if (p == NULL) return NULL;
+    char *aligned = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    size_t head = (size_t)(aligned - p), tail = align - head;
+    if (head) hak_os_unmap(p, head);
+    if (tail) hak_os_unmap(aligned + len, tail);
+    return aligned;
+}
+
+void hak_chunk_map_set(void *base, size_t len, uint8_t kind) {
+    uintptr_t first = (uintptr_t)base >> HAK_CHUNK_SHIFT;
+    uintptr_t last = ((uintptr_t)base + len - 1) >> HAK_CHUNK_SHIFT;
+    for (uintptr_t i = first; i <= last && i < HAK_MAP_ENTRIES; i++)
+        __atomic_store_n(&hak_chunk_map[i], kind, __ATOMIC_RELEASE);
+}
+
+/* Metadata (thread heaps) comes from 1 MiB mappings carved by a bump pointer
+ * and is never returned: heaps are recycled, not freed. */
+static hak_lock_t meta_lock;
+static char *meta_cur, *meta_end;
+
+void *hak_meta_alloc(size_t size) {
+    size = (size + 63) & ~(size_t)63;
+    hak_lock(&meta_lock);
+    if ((size_t)(meta_end - meta_cur) < size) {
+        size_t len = size > (1u << 20) ? (size + 4095) & ~(size_t)4095 : (1u << 20);
+        char *p = hak_os_map(len);
+        if (p == NULL) { hak_unlock(&meta_lock); return NULL; }
+        meta_cur = p;
+        meta_end = p + len;
+    }
+    void *r = meta_cur;
+    meta_cur += size;
+    hak_unlock(&meta_lock);
+    return r;   /* fresh mapping: already zero */
+}
+
+void hak_fatal(const char *what, const void *p) {
+    char buf[160];
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    const char *pre = "hakmem: ";
+    while (*pre && n < sizeof buf - 24) buf[n++] = *pre++;
+    while (*what && n < sizeof buf - 24) buf[n++] = *what++;
+    buf[n++] = ' '; buf[n++] = '0'; buf[n++] = 'x';
+    uintptr_t v = (uintptr_t)p;
+    for (int sh = 60; sh >= 0; sh -= 4) buf[n++] = hex[(v >> sh) & 15];
+    buf[n++] = '\n';
+    ssize_t w = write(2, buf, n);
+    (void)w;
+    abort();
+}

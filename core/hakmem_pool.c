@@ -1,0 +1,39 @@
+/* L2 ring pool (1 KiB .. 52 KiB) and the ring mechanics it shares with the
+ * L2.5 pool: a per-thread LIFO ring of blocks per class (box/pool_ring_box.h)
+ * refilled from, and flushed to, the heap's slabs half a ring at a time. */
+#include "hakmem_internal.h"
+#include "box/pool_ring_box.h"
+#include "box/size_class_box.h"
+
+#include <errno.h>
+#include <string.h>
+
+void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
+    if (h == &hak_empty_heap) {               /* first allocation of a thread */
+        h = hak_heap_for_thread();
+        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[cls]);
+        return hak_pool_alloc(h, cls);
+    }
+    unsigned want = r->cap > 1 ? r->cap / 2 : 1;
+    unsigned got = hak_class_take(h, cls, r->slot, want);
+    if (got == 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    r->count = got - 1;
+    return r->slot[got - 1];
+}
+
+/* Return the oldest blocks to their slabs, keeping the newest `keep`. */
+void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
+    unsigned n = r->count > keep ? r->count - keep : 0;
+    for (unsigned i = 0; i < n; i++) hak_slab_free_local(h, r->slot[i]);
+    memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
+    r->count -= n;
+}
+
+void hak_pool_init_heap(hak_heap_t *h) {
+    for (unsigned i = 0; i < HAK_L2_CLASSES; i++) h->l2[i].r.cap = POOL_L2_RING_CAP;
+    for (unsigned i = 0; i < HAK_L25_CLASSES; i++)
+        h->l25[i].r.cap = hak_l25_ring_cap(HAK_L25_FIRST + i);
+}

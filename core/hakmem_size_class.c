@@ -1,0 +1,61 @@
+/* Size-class tables and the class introspection API. */
+#include "hakmem_internal.h"
+#include "box/size_class_box.h"
+
+/* Indexed by (size + 15) / 16 for size <= 1024. */
+const uint8_t hak_tiny_class_of[HAK_TINY_MAX / 16 + 1] = {
+    0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 12, 12, 13,
+    13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 16, 16, 16, 16,
+    17, 17, 17, 17, 17, 17, 17, 17, 18, 18, 18, 18, 18, 18, 18, 18, 19, 19, 19,
+    19, 19, 19, 19, 19,
+};
+
+const uint32_t hak_class_block_size[HAK_NUM_CLASSES] = {
+    /* Tiny */
+    16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
+    640, 768, 896, 1024,
+    /* L2 */
+    1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192,
+    10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768, 40960, 49152, 53248,
+    /* L2.5 */
+    65536, 81920, 98304, 114688, 131072, 163840, 196608, 229376, 262144, 327680,
+    393216, 458752, 524288, 655360, 786432, 917504, 1048576,
+};
+
+/* Pages (64 KiB) per slab of each L2/L2.5 class: the shortest span that
+ * wastes at most 1/16 of itself and, for classes up to 16 KiB, holds at
+ * least 8 blocks.  Tiny slabs are one page. */
+static const uint8_t span_pages[HAK_L2_CLASSES + HAK_L25_CLASSES] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 1, 2, 4, 1, 2, 3, 5,
+    1, 4, 3, 7, 2, 5, 3, 7, 4, 5, 6, 7, 8, 10, 12, 14, 16,
+};
+
+unsigned hak_class_span_pages(unsigned cls) {
+    return cls < HAK_L2_FIRST ? 1u : span_pages[cls - HAK_L2_FIRST];
+}
+
+/* Power-of-two classes above a page start on a multiple of their size. */
+unsigned hak_class_span_align(unsigned cls) {
+    uint32_t bs = hak_class_block_size[cls];
+    if (bs > HAK_PAGE_SIZE && (bs & (bs - 1)) == 0) return bs >> HAK_PAGE_SHIFT;
+    return 1;
+}
+
+int hak_size_class(size_t size) {
+    if (size <= HAK_TINY_MAX) return (int)hak_tiny_class(size);
+    if (size <= HAK_L25_MAX) return (int)hak_mid_class(size);
+    return -1;
+}
+
+size_t hak_class_size(int cls) {
+    return (cls >= 0 && cls < HAK_NUM_CLASSES) ? hak_class_block_size[cls] : 0;
+}
+
+hak_tier_t hak_class_tier(int cls) {
+    if (cls < 0 || cls >= HAK_NUM_CLASSES) return HAK_TIER_NONE;
+    if (cls < HAK_L2_FIRST) return HAK_TIER_TINY;
+    if (cls < HAK_L25_FIRST) return HAK_TIER_L2;
+    return HAK_TIER_L25;
+}
+
+int hak_class_count(void) { return HAK_NUM_CLASSES; }
