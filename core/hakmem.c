@@ -114,6 +114,12 @@ void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
+/* An L2 / L2.5 block of the calling thread: back onto its ring.  Out of
+ * line so the Tiny free path stays a leaf function. */
+static HAK_NOINLINE void free_pool_local(hak_heap_t *h, hak_slab_t *s, void *p) {
+    hak_pool_free(h, s->cls, p);
+}
+
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_LARGE) {
@@ -136,7 +142,7 @@ void hak_free(void *p) {
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->owner == h)) {
             if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);
-            else hak_pool_free(h, s->cls, p);
+            else free_pool_local(h, s, p);
             return;
         }
     }

@@ -124,8 +124,9 @@ typedef struct hak_slab {
     struct hak_slab *next, *prev; /* class queue (slabs with room)           */
     uint32_t         block_size;
     uint32_t         capacity;
-    char            *start;       /* first block                             */
 } __attribute__((aligned(64))) hak_slab_t;
+
+_Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
 
 typedef struct hak_superslab {
     uint64_t              magic;

@@ -55,7 +55,6 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->owner = h;
     s->block_size = bs;
     s->capacity = cap;
-    s->start = start;
     s->bump = start;
     s->end = start + (size_t)cap * bs;
     queue_push_head(h, cls, s);
