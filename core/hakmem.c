@@ -126,10 +126,11 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         hak_large_free(p);
         return;
     }
-    if (kind == HAK_CHUNK_SS) {          /* a slab of another thread, or junk */
+    if (kind == HAK_CHUNK_SS) {   /* multi-page slab, another thread's, or junk */
         hak_slab_t *s = hak_slab_of(p);
-        if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
-        hak_remote_free(s, p);
+        if (s->owner == hak_tls_heap) free_pool_local(hak_tls_heap, s, p);
+        else if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
+        else hak_remote_free(s, p);
         return;
     }
     __libc_free(p);
@@ -138,7 +139,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 void hak_free(void *p) {
     unsigned kind = hak_chunk_kind(p);
     if (hak_likely(kind == HAK_CHUNK_SS)) {
-        hak_slab_t *s = hak_slab_of(p);
+        hak_slab_t *s = hak_page_slab_of(p);
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->owner == h)) {
             if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);

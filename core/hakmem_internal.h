@@ -17,8 +17,11 @@
  * A SuperSlab is one chunk split into 64 pages of 64 KiB.  A slab is a span
  * of 1..16 pages carved into equal blocks of one size class; its descriptor
  * (hak_slab_t) lives in the SuperSlab header, indexed by the span's first
- * page (page_head[] maps every page to that first page).  Page 0 also holds
- * the header, so only one-page (Tiny) slabs use it.
+ * page (page_head[] maps every page to that first page).  The descriptors of
+ * a span's other pages stay blank (no owner), so the Tiny free path indexes
+ * slabs[] by the block's own page and only multi-page spans look at
+ * page_head[].  Page 0 also holds the header, so only one-page (Tiny) slabs
+ * use it.
  *
  * Every SuperSlab, and so every slab, is owned by one thread heap.  Only the
  * owner touches a slab's free list and counts: no atomics on the owner path.
@@ -108,14 +111,18 @@ typedef struct hak_block { struct hak_block *next; } hak_block_t;
 
 struct hak_heap;
 
-enum { HAK_SLAB_FULL = 1 };   /* slab is not linked in its class queue */
+/* Set in slab->used while the slab is off its class queue (no free block
+ * left), so the free path tests "now empty or was full" with one compare. */
+#define HAK_SLAB_FULL 0x80000000u
 
 /* One slab; 64 B so the free path touches a single cache line. */
 typedef struct hak_slab {
     hak_block_t     *free;        /* owner-only free list                    */
-    uint32_t         used;        /* blocks out: live, in a ring, or remote  */
-    uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span */
-    uint8_t          flags;       /* HAK_SLAB_FULL                            */
+    uint32_t         used;        /* blocks out (live, in a ring, or remote)
+                                     | HAK_SLAB_FULL                          */
+    uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span
+                                     or a page inside a longer span          */
+    uint8_t          reserved;
     uint8_t          cls;         /* size class                              */
     uint8_t          npages;      /* span length in pages                    */
     struct hak_heap *owner;
@@ -128,13 +135,14 @@ typedef struct hak_slab {
 
 _Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
 
+/* slabs[] comes first: a block's descriptor is then chunk base + page * 64. */
 typedef struct hak_superslab {
+    hak_slab_t            slabs[HAK_SS_PAGES];
     uint64_t              magic;
     uint64_t              free_pages;     /* bit i: page i is in no span     */
     struct hak_heap      *owner;
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     uint8_t               page_head[HAK_SS_PAGES];
-    hak_slab_t            slabs[HAK_SS_PAGES];
 } hak_superslab_t;
 
 #define HAK_SS_MAGIC 0x68616b53534d656dULL

@@ -50,7 +50,6 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->free = NULL;
     s->used = 0;
     s->tier = (uint8_t)hak_class_tier((int)cls);
-    s->flags = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;
     s->block_size = bs;
@@ -101,7 +100,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         if (got == n) break;
         if (slab_carve(s, n - got)) continue;
         /* Exhausted: off the queue until a block comes back. */
-        s->flags |= HAK_SLAB_FULL;
+        s->used |= HAK_SLAB_FULL;
         queue_remove(h, cls, s);
     }
     return got;
@@ -110,8 +109,8 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
 /* After a local free made the slab empty, or freed into a full slab. */
 void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
     unsigned cls = s->cls;
-    if (s->flags & HAK_SLAB_FULL) {
-        s->flags &= (uint8_t)~HAK_SLAB_FULL;
+    if (s->used & HAK_SLAB_FULL) {
+        s->used &= ~HAK_SLAB_FULL;
         queue_push_tail(h, cls, s);
     }
     /* An empty slab goes back to its SuperSlab unless it is the class's

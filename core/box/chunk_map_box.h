@@ -16,11 +16,20 @@ static inline hak_superslab_t *hak_ss_of(const void *p) {
     return (hak_superslab_t *)((uintptr_t)p & ~(HAK_CHUNK_SIZE - 1));
 }
 
+static inline unsigned hak_page_of(const void *p) {
+    return (unsigned)(((uintptr_t)p >> HAK_PAGE_SHIFT) & (HAK_SS_PAGES - 1));
+}
+
+/* The descriptor of the block's own page: its slab when the slab is one
+ * page long (every Tiny slab), a blank one inside a longer span. */
+static inline hak_slab_t *hak_page_slab_of(const void *p) {
+    return &hak_ss_of(p)->slabs[hak_page_of(p)];
+}
+
 /* The slab descriptor of a block in a SuperSlab (kind HAK_CHUNK_SS). */
 static inline hak_slab_t *hak_slab_of(const void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
-    unsigned page = (unsigned)(((uintptr_t)p >> HAK_PAGE_SHIFT) & (HAK_SS_PAGES - 1));
-    return &ss->slabs[ss->page_head[page]];
+    return &ss->slabs[ss->page_head[hak_page_of(p)]];
 }
 
 #endif

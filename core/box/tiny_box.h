@@ -23,7 +23,8 @@ static inline void hak_tiny_free(hak_heap_t *h, hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     b->next = s->free;
     s->free = b;
-    if (hak_unlikely(--s->used == 0 || s->flags != 0))
+    /* slow when the slab just became empty, or was full (HAK_SLAB_FULL) */
+    if (hak_unlikely(--s->used - 1u >= HAK_SLAB_FULL - 1u))
         hak_slab_free_slow(h, s);
 }
 
