@@ -114,12 +114,6 @@ void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
-/* An L2 / L2.5 block of the calling thread: back onto its ring.  Out of
- * line so the Tiny free path stays a leaf function. */
-static HAK_NOINLINE void free_pool_local(hak_heap_t *h, hak_slab_t *s, void *p) {
-    hak_pool_free(h, s->cls, p);
-}
-
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_LARGE) {
@@ -128,7 +122,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     }
     if (kind == HAK_CHUNK_SS) {   /* multi-page slab, another thread's, or junk */
         hak_slab_t *s = hak_slab_of(p);
-        if (s->owner == hak_tls_heap) free_pool_local(hak_tls_heap, s, p);
+        if (s->owner == hak_tls_heap) hak_pool_free(hak_tls_heap, s->cls, p);
         else if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
         else hak_remote_free(s, p);
         return;
@@ -143,7 +137,7 @@ void hak_free(void *p) {
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->owner == h)) {
             if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);
-            else free_pool_local(h, s, p);
+            else hak_pool_free(h, s->cls, p);
             return;
         }
     }

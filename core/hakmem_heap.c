@@ -20,6 +20,7 @@ static __thread bool tls_thread_done;   /* heap already abandoned at exit */
 hak_slab_t hak_empty_slab;
 hak_heap_t hak_empty_heap = {
     .queue_head = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_slab },
+    .ring = { [0 ... HAK_L2_CLASSES + HAK_L25_CLASSES - 1] = &hak_empty_ring },
 };
 
 static hak_lock_t heap_lock;           /* heaps_all, heaps_abandoned */

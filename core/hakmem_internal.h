@@ -167,6 +167,8 @@ typedef struct hak_heap {
      * entry points at a slab, the empty sentinel when the queue is empty. */
     hak_slab_t      *queue_head[HAK_NUM_CLASSES];
     hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
+    /* The ring of each L2 / L2.5 class (an empty ring in the empty heap). */
+    hak_ring_t      *ring[HAK_L2_CLASSES + HAK_L25_CLASSES];
     /* Written by other threads: a line of its own. */
     _Atomic(hak_block_t *) remote __attribute__((aligned(64)));
     char             pad_remote[64 - sizeof(void *)];
@@ -183,6 +185,7 @@ typedef struct hak_heap {
 extern uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
 extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
+extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 
 typedef struct { _Atomic int held; } hak_lock_t;
@@ -226,6 +229,7 @@ HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls);
 HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
+HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);

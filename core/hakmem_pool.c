@@ -32,8 +32,20 @@ void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     r->count -= n;
 }
 
+void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
+    hak_pool_ring_flush(h, r, r->cap / 2);
+    r->slot[r->count++] = p;
+}
+
+hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
+
 void hak_pool_init_heap(hak_heap_t *h) {
-    for (unsigned i = 0; i < HAK_L2_CLASSES; i++) h->l2[i].r.cap = POOL_L2_RING_CAP;
-    for (unsigned i = 0; i < HAK_L25_CLASSES; i++)
+    for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
+        h->l2[i].r.cap = POOL_L2_RING_CAP;
+        h->ring[i] = &h->l2[i].r;
+    }
+    for (unsigned i = 0; i < HAK_L25_CLASSES; i++) {
         h->l25[i].r.cap = hak_l25_ring_cap(HAK_L25_FIRST + i);
+        h->ring[HAK_L2_CLASSES + i] = &h->l25[i].r;
+    }
 }

@@ -10,6 +10,55 @@ const uint8_t hak_tiny_class_of[HAK_TINY_MAX / 16 + 1] = {
     19, 19, 19, 19, 19,
 };
 
+/* Indexed by (size + 255) / 256 for 1024 < size <= 1 MiB: the entries from
+ * one class size (exclusive) to the next (inclusive) name the larger one.
+ * L2 classes grow by quarter steps (2^k * 5/4, 6/4, 7/4, 8/4) up to 48 KiB,
+ * then 52 KiB ends L2; L2.5 starts at 64 KiB and grows by quarter steps. */
+#define MID_RANGE(lo, hi) (lo) / 256 + 1 ... (hi) / 256
+const uint8_t hak_mid_class_of[HAK_L25_MAX / 256 + 1] = {
+    [MID_RANGE(1024, 1280)] = 20,
+    [MID_RANGE(1280, 1536)] = 21,
+    [MID_RANGE(1536, 1792)] = 22,
+    [MID_RANGE(1792, 2048)] = 23,
+    [MID_RANGE(2048, 2560)] = 24,
+    [MID_RANGE(2560, 3072)] = 25,
+    [MID_RANGE(3072, 3584)] = 26,
+    [MID_RANGE(3584, 4096)] = 27,
+    [MID_RANGE(4096, 5120)] = 28,
+    [MID_RANGE(5120, 6144)] = 29,
+    [MID_RANGE(6144, 7168)] = 30,
+    [MID_RANGE(7168, 8192)] = 31,
+    [MID_RANGE(8192, 10240)] = 32,
+    [MID_RANGE(10240, 12288)] = 33,
+    [MID_RANGE(12288, 14336)] = 34,
+    [MID_RANGE(14336, 16384)] = 35,
+    [MID_RANGE(16384, 20480)] = 36,
+    [MID_RANGE(20480, 24576)] = 37,
+    [MID_RANGE(24576, 28672)] = 38,
+    [MID_RANGE(28672, 32768)] = 39,
+    [MID_RANGE(32768, 40960)] = 40,
+    [MID_RANGE(40960, 49152)] = 41,
+    [MID_RANGE(49152, 53248)] = 42,
+    [MID_RANGE(53248, 65536)] = 43,
+    [MID_RANGE(65536, 81920)] = 44,
+    [MID_RANGE(81920, 98304)] = 45,
+    [MID_RANGE(98304, 114688)] = 46,
+    [MID_RANGE(114688, 131072)] = 47,
+    [MID_RANGE(131072, 163840)] = 48,
+    [MID_RANGE(163840, 196608)] = 49,
+    [MID_RANGE(196608, 229376)] = 50,
+    [MID_RANGE(229376, 262144)] = 51,
+    [MID_RANGE(262144, 327680)] = 52,
+    [MID_RANGE(327680, 393216)] = 53,
+    [MID_RANGE(393216, 458752)] = 54,
+    [MID_RANGE(458752, 524288)] = 55,
+    [MID_RANGE(524288, 655360)] = 56,
+    [MID_RANGE(655360, 786432)] = 57,
+    [MID_RANGE(786432, 917504)] = 58,
+    [MID_RANGE(917504, 1048576)] = 59,
+};
+#undef MID_RANGE
+
 const uint32_t hak_class_block_size[HAK_NUM_CLASSES] = {
     /* Tiny */
     16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,

@@ -7,8 +7,7 @@
 #include "hakmem_internal.h"
 
 static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
-    return cls < HAK_L25_FIRST ? &h->l2[cls - HAK_L2_FIRST].r
-                               : &h->l25[cls - HAK_L25_FIRST].r;
+    return h->ring[cls - HAK_L2_FIRST];
 }
 
 static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
@@ -20,8 +19,11 @@ static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
 /* p's slab is owned by the calling thread. */
 static inline void hak_pool_free(hak_heap_t *h, unsigned cls, void *p) {
     hak_ring_t *r = hak_pool_ring(h, cls);
-    if (hak_unlikely(r->count >= r->cap)) hak_pool_ring_flush(h, r, r->cap / 2);
-    r->slot[r->count++] = p;
+    if (hak_likely(r->count < r->cap)) {
+        r->slot[r->count++] = p;
+        return;
+    }
+    hak_pool_free_ring_full(h, r, p);
 }
 
 #endif

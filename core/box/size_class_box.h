@@ -13,24 +13,16 @@
 #include "hakmem_internal.h"
 
 extern const uint8_t  hak_tiny_class_of[HAK_TINY_MAX / 16 + 1];
+extern const uint8_t  hak_mid_class_of[HAK_L25_MAX / 256 + 1];
 extern const uint32_t hak_class_block_size[HAK_NUM_CLASSES];
 
 static inline unsigned hak_tiny_class(size_t size) {
     return hak_tiny_class_of[(size + 15) >> 4];
 }
 
-/* 1024 < size <= 1 MiB.  Quarter steps: for size in (2^k, 2^(k+1)] the
- * classes are 2^k * 5/4, 6/4, 7/4, 8/4. */
+/* 1024 < size <= 1 MiB: every class there is a multiple of 256 B. */
 static inline unsigned hak_mid_class(size_t size) {
-    size_t s = size - 1;
-    unsigned k = 63u - (unsigned)__builtin_clzll(s);           /* >= 10 */
-    unsigned q = (unsigned)(s >> (k - 2)) - 4u;                 /* 0..3  */
-    unsigned idx = (k - 10u) * 4u + q;
-    if (hak_unlikely(idx >= 22)) {        /* L2 ends at 52 KiB, L2.5 starts at 64 KiB */
-        if (size <= HAK_L2_MAX)       idx = 22;
-        else if (size <= 65536)       idx = 23;
-    }
-    return HAK_L2_FIRST + idx;
+    return hak_mid_class_of[(size + 255) >> 8];
 }
 
 #endif
