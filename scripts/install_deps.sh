@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Install what hakmem needs on a Debian/Ubuntu machine.
+#   scripts/install_deps.sh test    build + test dependencies (errors are fatal)
+#   scripts/install_deps.sh bench   peer allocators + gnuplot (failures are warnings)
+# Idempotent: prints nothing and touches nothing when everything is present.
+set -euo pipefail
+
+MODE="${1:-test}"
+export DEBIAN_FRONTEND=noninteractive
+
+case "$MODE" in
+  test)  PKGS=(gcc make libc6-dev libcmocka-dev python3 git perl coreutils procps) ;;
+  bench) PKGS=(libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 gnuplot-nox) ;;
+  *) echo "usage: $0 test|bench" >&2; exit 2 ;;
+esac
+
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+MISSING=()
+for p in "${PKGS[@]}"; do
+  installed "$p" || MISSING+=("$p")
+done
+[ "${#MISSING[@]}" -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install_deps: apt-get not found; please install: ${MISSING[*]}" >&2
+  [ "$MODE" = bench ] && exit 0
+  exit 1
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n env DEBIAN_FRONTEND=noninteractive)
+  else
+    echo "install_deps: not root and no sudo; please install: ${MISSING[*]}" >&2
+    [ "$MODE" = bench ] && exit 0
+    exit 1
+  fi
+fi
+
+APT_OPTS=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+
+echo "install_deps: installing ${MISSING[*]}" >&2
+if ! "${SUDO[@]}" apt-get update -q >/dev/null; then
+  echo "install_deps: warning: apt-get update failed" >&2
+fi
+
+if [ "$MODE" = test ]; then
+  "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "${MISSING[@]}" >/dev/null
+  still=()
+  for p in "${MISSING[@]}"; do installed "$p" || still+=("$p"); done
+  if [ "${#still[@]}" -ne 0 ]; then
+    echo "install_deps: failed to install: ${still[*]}" >&2
+    exit 1
+  fi
+else
+  # Peers are optional: install one by one so one unavailable package does not block the rest.
+  for p in "${MISSING[@]}"; do
+    if ! "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "$p" >/dev/null 2>&1; then
+      echo "install_deps: warning: could not install $p (benchmarks will skip it)" >&2
+    fi
+  done
+fi
+exit 0

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Run every built test binary, then the real-application checks.
+#
+#   scripts/run_tests.sh            (from anywhere; works in the repo root)
+#
+# Runs build/tests/unit/* and build/tests/stress/* (each bounded by
+# TEST_TIMEOUT seconds, default 300), sums the cmocka counts of each binary
+# ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
+# scripts/run_apps.sh ./libhakmem.so, where every app counts as one test.  A
+# binary that crashes or times out counts as failed.  Ends with the line
+# "N passed, N failed"; exits 1 if anything failed or nothing ran.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+TMO="${TEST_TIMEOUT:-300}"
+LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/hakmem-tests.XXXXXX")" || { echo "run_tests: mktemp failed" >&2; exit 1; }
+trap 'rm -rf "$LOGDIR"' EXIT
+export CMOCKA_MESSAGE_OUTPUT=stdout   # the format parsed below
+
+TOTAL_PASS=0
+TOTAL_FAIL=0
+
+describe_rc() {
+    local rc=$1
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "timed out after ${TMO}s"
+    elif [ "$rc" -gt 128 ]; then echo "killed by signal $((rc - 128))$( [ $((rc - 128)) -eq 6 ] && echo ' (abort)'; [ $((rc - 128)) -eq 11 ] && echo ' (segfault)')"
+    else echo "exit status $rc"; fi
+}
+
+run_binary() {
+    local bin="$1" name log rc start end secs passed failed planned extra note
+    name="${bin#build/tests/}"
+    log="$LOGDIR/$(echo "$name" | tr '/' '_').log"
+    start=$(date +%s.%N)
+    timeout -k 10 "$TMO" "$bin" >"$log" 2>&1
+    rc=$?
+    end=$(date +%s.%N)
+    secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+    planned=$(sed -n 's/^\[==========\] Running \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+
+    note=""
+    if [ "$rc" -ne 0 ]; then
+        # A crash or timeout: every test that did not report success failed
+        # (at least one).
+        extra=$((planned - passed - failed))
+        [ "$extra" -lt 1 ] && [ "$failed" -eq 0 ] && extra=1
+        [ "$extra" -lt 0 ] && extra=0
+        failed=$((failed + extra))
+        note=" - $(describe_rc "$rc")"
+    elif [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
+        passed=1   # not a cmocka program (or no summary): judged by its exit status
+    fi
+
+    TOTAL_PASS=$((TOTAL_PASS + passed))
+    TOTAL_FAIL=$((TOTAL_FAIL + failed))
+    if [ "$failed" -eq 0 ]; then
+        printf 'PASS %-32s %3d passed (%ss)\n' "$name" "$passed" "$secs"
+    else
+        printf 'FAIL %-32s %3d passed, %d failed (%ss)%s\n' "$name" "$passed" "$failed" "$secs" "$note"
+        echo "----- last lines of $name:"
+        tail -n 40 "$log"
+        echo "-----"
+    fi
+}
+
+shopt -s nullglob
+BINS=()
+for b in build/tests/unit/* build/tests/stress/*; do
+    [ -f "$b" ] && [ -x "$b" ] && BINS+=("$b")
+done
+shopt -u nullglob
+
+if [ "${#BINS[@]}" -eq 0 ]; then
+    echo "run_tests: no test binaries under build/tests (run 'make tests' first)" >&2
+fi
+for b in "${BINS[@]}"; do
+    run_binary "$b"
+done
+
+# Real applications, one test each.
+APPS_LOG="$LOGDIR/apps.log"
+if [ -x scripts/run_apps.sh ]; then
+    scripts/run_apps.sh ./libhakmem.so >"$APPS_LOG" 2>"$LOGDIR/apps.err"
+    apps_rc=$?
+    cat "$APPS_LOG"
+    app_pass=$(grep -c '^PASS ' "$APPS_LOG")
+    app_fail=$(grep -c '^FAIL ' "$APPS_LOG")
+    if [ "$app_fail" -gt 0 ] || [ "$apps_rc" -ne 0 ]; then
+        [ -s "$LOGDIR/apps.err" ] && { echo "----- run_apps.sh stderr:"; tail -n 40 "$LOGDIR/apps.err"; echo "-----"; }
+        # A failure that printed no FAIL line still counts once.
+        [ "$app_fail" -eq 0 ] && app_fail=1
+    fi
+    TOTAL_PASS=$((TOTAL_PASS + app_pass))
+    TOTAL_FAIL=$((TOTAL_FAIL + app_fail))
+else
+    echo "FAIL apps (scripts/run_apps.sh missing)"
+    TOTAL_FAIL=$((TOTAL_FAIL + 1))
+fi
+
+echo "${TOTAL_PASS} passed, ${TOTAL_FAIL} failed"
+if [ "$TOTAL_FAIL" -ne 0 ] || [ $((TOTAL_PASS + TOTAL_FAIL)) -eq 0 ]; then
+    exit 1
+fi
+exit 0

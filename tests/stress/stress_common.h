@@ -1,0 +1,267 @@
+/* Shared helpers for the stress tests in tests/stress/.
+ *
+ * Only the standard malloc family is used, so every test also builds and runs
+ * against the system allocator (gcc -std=c11 -D_GNU_SOURCE -pthread FILE.c
+ * -lcmocka).  Worker threads never call cmocka assertions (cmocka longjmps into
+ * the test that runs on the main thread); they count problems in stress_errors
+ * and the test asserts that count is zero at the end. */
+#ifndef HAKMEM_STRESS_COMMON_H
+#define HAKMEM_STRESS_COMMON_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Tier boundaries of hakmem (see core/hakmem.h); used only to pick sizes. */
+#define ST_TINY_MAX   ((size_t)1024)
+#define ST_L2_MAX     ((size_t)52 * 1024)
+#define ST_L25_MAX    ((size_t)1024 * 1024)
+#define ST_LARGE_MAX  ((size_t)2 * 1024 * 1024)
+
+/* Blocks up to this size are patterned completely; bigger ones get their first
+ * and last 4 KiB plus one word every ST_SPARSE_STRIDE bytes (every page is still
+ * touched, and overlapping blocks are still caught). */
+#define ST_FULL_LIMIT    ((size_t)256 * 1024)
+#define ST_EDGE_BYTES    ((size_t)4096)
+#define ST_SPARSE_STRIDE ((size_t)256)
+
+static atomic_long stress_errors;
+static atomic_int  stress_reported;
+
+static inline void stress_fail(const char *fmt, ...)
+{
+    atomic_fetch_add(&stress_errors, 1);
+    if (atomic_fetch_add(&stress_reported, 1) >= 20)
+        return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(buf);
+    if (n + 1 < sizeof buf) { buf[n++] = '\n'; }
+    /* write(2): no stdio locks, usable in forked children too. */
+    ssize_t w = write(2, buf, n);
+    (void)w;
+}
+
+/* ---- random numbers (xorshift64*) -------------------------------------- */
+typedef struct { uint64_t s; } st_rng;
+
+static inline void st_rng_seed(st_rng *r, uint64_t seed)
+{
+    r->s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    if (r->s == 0) r->s = 1;
+}
+
+static inline uint64_t st_next(st_rng *r)
+{
+    uint64_t x = r->s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    r->s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Uniform in [lo, hi]. */
+static inline size_t st_range(st_rng *r, size_t lo, size_t hi)
+{
+    return lo + (size_t)(st_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* Percent roll: true with probability pct/100. */
+static inline int st_chance(st_rng *r, unsigned pct)
+{
+    return (st_next(r) % 100) < pct;
+}
+
+static inline uint64_t stress_seed(void)
+{
+    const char *s = getenv("HAKMEM_STRESS_SEED");
+    if (s && *s) return strtoull(s, NULL, 0);
+    return 0x5EED1234ull;
+}
+
+/* Sizes on and around the tier and power-of-two boundaries. */
+static const size_t st_edge_sizes[] = {
+    1, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 127, 128, 129, 255, 256, 257,
+    511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097,
+    8191, 8192, 8193, 16384, 32768, 32769, 52 * 1024 - 1, 52 * 1024,
+    52 * 1024 + 1, 65535, 65536, 65537, 131072, 262144, 524288,
+    1024 * 1024 - 1, 1024 * 1024, 1024 * 1024 + 1, 2 * 1024 * 1024 - 1,
+    2 * 1024 * 1024,
+};
+
+/* A request size over every tier, weighted towards small blocks:
+ * ~62% tiny, ~20% L2, ~10% L2.5, ~2.5% large, ~3% boundary sizes, ~1% < 16 B. */
+static inline size_t st_rand_size(st_rng *r)
+{
+    unsigned roll = (unsigned)(st_next(r) % 1000);
+    if (roll < 10)  return st_range(r, 1, 15);
+    if (roll < 40)  return st_edge_sizes[st_next(r) % (sizeof st_edge_sizes / sizeof st_edge_sizes[0])];
+    if (roll < 500) return st_range(r, 16, 256);
+    if (roll < 660) return st_range(r, 257, ST_TINY_MAX);
+    if (roll < 800) return st_range(r, ST_TINY_MAX + 1, 8192);
+    if (roll < 860) return st_range(r, 8193, ST_L2_MAX);
+    if (roll < 975) return st_range(r, ST_L2_MAX + 1, (roll < 940) ? 256 * 1024 : ST_L25_MAX);
+    return st_range(r, ST_L25_MAX + 1, ST_LARGE_MAX);
+}
+
+/* Same, but without the large tier (for places that keep many blocks). */
+static inline size_t st_rand_size_nolarge(st_rng *r)
+{
+    size_t n;
+    do { n = st_rand_size(r); } while (n > ST_L25_MAX);
+    return n;
+}
+
+/* ---- block patterns ------------------------------------------------------
+ * The pattern of a block is a function of a 64-bit key (derived from the
+ * block's address, its size and the owner's tag) and the byte offset. */
+static inline uint64_t st_mix(uint64_t x)
+{
+    x ^= x >> 33; x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33; x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline uint64_t st_key(const void *p, size_t size, uint64_t tag)
+{
+    return st_mix((uint64_t)(uintptr_t)p ^ st_mix(size * 0x9E3779B97F4A7C15ull ^ (tag << 17)));
+}
+
+static inline uint64_t st_word(uint64_t key, size_t off)
+{
+    uint64_t v = (key + off) * 0x9E3779B97F4A7C15ull;
+    return v ^ (v >> 29) ^ key;
+}
+
+/* Apply fn to every patterned region of a block of `size` bytes:
+ * [off, off+len) byte ranges. */
+#define ST_FOR_REGIONS(size, BODY)                                                   \
+    do {                                                                             \
+        size_t st__n = (size);                                                       \
+        if (st__n <= ST_FULL_LIMIT) {                                                \
+            size_t off = 0, len = st__n; BODY;                                       \
+        } else {                                                                     \
+            { size_t off = 0, len = ST_EDGE_BYTES; BODY; }                           \
+            for (size_t st__o = ST_EDGE_BYTES; st__o + 8 <= st__n - ST_EDGE_BYTES;   \
+                 st__o += ST_SPARSE_STRIDE) {                                        \
+                size_t off = st__o, len = 8; BODY;                                   \
+            }                                                                        \
+            { size_t off = (st__n - ST_EDGE_BYTES) & ~(size_t)7,                     \
+                     len = st__n - ((st__n - ST_EDGE_BYTES) & ~(size_t)7); BODY; }   \
+        }                                                                            \
+    } while (0)
+
+/* Byte o of the pattern: byte (o % 8) of the in-memory word for offset o & ~7,
+ * so a byte is the same whether it was written alone or as part of a word. */
+static inline unsigned char st_byte(uint64_t key, size_t o)
+{
+    uint64_t w = st_word(key, o & ~(size_t)7);
+    unsigned char b[8];
+    memcpy(b, &w, 8);
+    return b[o & 7];
+}
+
+static inline void st_fill_range(unsigned char *p, uint64_t key, size_t off, size_t len)
+{
+    size_t end = off + len;
+    size_t o = off;
+    for (; o < end && (o & 7); o++) p[o] = st_byte(key, o);
+    for (; o + 8 <= end; o += 8) *(uint64_t *)(void *)(p + o) = st_word(key, o);
+    for (; o < end; o++) p[o] = st_byte(key, o);
+}
+
+/* Returns the first bad offset in [off, min(off+len, limit)), or (size_t)-1. */
+static inline size_t st_check_range(const unsigned char *p, uint64_t key, size_t off, size_t len, size_t limit)
+{
+    size_t end = off + len;
+    if (end > limit) end = limit;
+    size_t o = off;
+    for (; o < end && (o & 7); o++)
+        if (p[o] != st_byte(key, o)) return o;
+    for (; o + 8 <= end; o += 8)
+        if (*(const uint64_t *)(const void *)(p + o) != st_word(key, o)) {
+            for (size_t b = 0; b < 8; b++)
+                if (p[o + b] != st_byte(key, o + b)) return o + b;
+            return o;
+        }
+    for (; o < end; o++)
+        if (p[o] != st_byte(key, o)) return o;
+    return (size_t)-1;
+}
+
+/* Pattern a block of `size` bytes with `key`. */
+static inline void st_fill(void *p, size_t size, uint64_t key)
+{
+    unsigned char *b = p;
+    ST_FOR_REGIONS(size, st_fill_range(b, key, off, len));
+}
+
+/* Check the pattern written by st_fill(p', size, key) in the first `limit`
+ * bytes of p (limit < size after a shrinking realloc).  Reports and returns 0
+ * on a mismatch. */
+static inline int st_check(const void *p, size_t size, uint64_t key, size_t limit, const char *what, uint64_t tag)
+{
+    const unsigned char *b = p;
+    size_t bad = (size_t)-1;
+    if (limit > size) limit = size;
+    ST_FOR_REGIONS(size, if (bad == (size_t)-1 && off < limit) bad = st_check_range(b, key, off, len, limit));
+    if (bad != (size_t)-1) {
+        stress_fail("CORRUPTION (%s): block %p size %zu tag %llu: byte %zu is 0x%02x",
+                    what, p, size, (unsigned long long)tag, bad, (unsigned)b[bad]);
+        return 0;
+    }
+    return 1;
+}
+
+/* Alignment every malloc result must have (glibc's guarantee). */
+static inline int st_check_align(const void *p, size_t size, const char *what)
+{
+    size_t want = size >= 16 ? 16 : 8;
+    if ((uintptr_t)p % want) {
+        stress_fail("MISALIGNED (%s): %p for size %zu", what, p, size);
+        return 0;
+    }
+    return 1;
+}
+
+/* Every byte of a fresh calloc block (sparse for big blocks) must be zero. */
+static inline int st_check_zero(const void *p, size_t size, const char *what)
+{
+    const unsigned char *b = p;
+    size_t bad = (size_t)-1;
+    ST_FOR_REGIONS(size, for (size_t i = off; bad == (size_t)-1 && i < off + len; i++) if (b[i]) bad = i);
+    if (bad != (size_t)-1) {
+        stress_fail("NONZERO calloc (%s): block %p size %zu byte %zu is 0x%02x", what, p, size, bad, (unsigned)b[bad]);
+        return 0;
+    }
+    return 1;
+}
+
+static inline double st_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Resident set size in bytes, from /proc/self/statm. */
+static inline size_t st_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+#endif /* HAKMEM_STRESS_COMMON_H */
