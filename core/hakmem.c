@@ -155,9 +155,12 @@ size_t hak_usable_size(const void *p) {
     }
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
     if (p == NULL) return 0;
-    if (libc_usable_size == NULL)
-        libc_usable_size = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-    return libc_usable_size ? libc_usable_size((void *)p) : 0;
+    size_t (*fn)(void *) = __atomic_load_n(&libc_usable_size, __ATOMIC_ACQUIRE);
+    if (fn == NULL) {
+        fn = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+        __atomic_store_n(&libc_usable_size, fn, __ATOMIC_RELEASE);
+    }
+    return fn ? fn((void *)p) : 0;
 }
 
 void *hak_realloc(void *p, size_t size) {

@@ -9,6 +9,7 @@
 #include "box/chunk_map_box.h"
 #include "box/pool_ring_box.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -130,6 +131,7 @@ void *hak_alloc_without_heap(size_t size) {
         heap_abandon_locked(h);
     }
     hak_unlock(&heap_lock);
+    if (p == NULL) errno = ENOMEM;
     return p;
 }
 

@@ -212,7 +212,8 @@ HAK_INTERNAL void  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
 
 /* SuperSlabs (hakmem_superslab.c) */
-HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages);
+HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
+                                          bool page0);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
 HAK_INTERNAL void hak_ss_lock_all(void);

@@ -37,7 +37,7 @@ static size_t cache_bytes;
 
 /* Smallest cached mapping of at least len bytes and at most twice that. */
 static char *cache_take(size_t len, size_t *got_len) {
-    if (cache_count == 0) return NULL;
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return NULL;
     char *base = NULL;
     hak_lock(&cache_lock);
     int best = -1;

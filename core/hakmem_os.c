@@ -13,11 +13,19 @@
  * stays untouched (and costs nothing) except where hakmem maps memory. */
 uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 void hak_lock(hak_lock_t *l) {
     for (;;) {
         if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
         for (int spin = 0; atomic_load_explicit(&l->held, memory_order_relaxed); spin++) {
-            if (spin < 64) __builtin_ia32_pause();
+            if (spin < 64) cpu_relax();
             else sched_yield();
         }
     }

@@ -38,7 +38,8 @@ static void queue_remove(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
 }
 
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
-    hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls));
+    hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
+                                      cls < HAK_L2_FIRST);
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);

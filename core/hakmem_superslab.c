@@ -18,7 +18,7 @@ static unsigned ss_cache_count;
 
 static hak_superslab_t *ss_new(hak_heap_t *h) {
     hak_superslab_t *ss = NULL;
-    if (ss_cache != NULL) {
+    if (__atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
         hak_lock(&ss_cache_lock);
         ss = ss_cache;
         if (ss != NULL) { ss_cache = ss->next; ss_cache_count--; }
@@ -63,27 +63,28 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
 }
 
 /* First run of npages free pages starting at a multiple of align_pages.
- * Only one-page spans may use page 0, which also holds the header. */
-static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages) {
-    uint64_t want = npages >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << npages) - 1);
-    unsigned first = npages == 1 ? 0 : align_pages;
+ * Page 0 also holds the header: only Tiny slabs use it, since their blocks
+ * stay naturally aligned at HAK_SS_DATA0 and a page there still holds many. */
+static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, bool page0) {
+    uint64_t want = (((uint64_t)1 << npages) - 1);
+    unsigned first = page0 ? 0 : align_pages;
     for (unsigned i = first; i + npages <= HAK_SS_PAGES; i += align_pages)
         if (((free_pages >> i) & want) == want) return (int)i;
     return -1;
 }
 
-hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages) {
+hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0) {
     hak_superslab_t *ss;
     int idx = -1;
     for (ss = h->ss_list; ss != NULL; ss = ss->next) {
         if (ss->free_pages == 0) continue;
-        idx = find_run(ss->free_pages, npages, align_pages);
+        idx = find_run(ss->free_pages, npages, align_pages, page0);
         if (idx >= 0) break;
     }
     if (ss == NULL) {
         ss = ss_new(h);
         if (ss == NULL) return NULL;
-        idx = find_run(ss->free_pages, npages, align_pages);
+        idx = find_run(ss->free_pages, npages, align_pages, page0);
         hak_assert(idx >= 0);
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -369,6 +370,41 @@ static void test_realloc_aligned_block(void **state)
     }
 }
 
+/* A thread's very first allocations are aligned requests: every slab it
+ * gets is new, including the one on page 0 beside the SuperSlab header. */
+static void *first_allocs_aligned(void *arg)
+{
+    (void)arg;
+    size_t bad = 0;
+    void *keep[400];
+    size_t n = 0;
+    for (size_t a = 32; a <= 65536; a <<= 1) {
+        for (int i = 0; i < 100 && n < 400; i++) {
+            void *p = NULL;
+            if (posix_memalign(&p, a, a) != 0 || p == NULL || ((uintptr_t)p & (a - 1)) != 0) bad++;
+            if (p != NULL) { memset(p, 0x5a, a); keep[n++] = p; }
+        }
+        while (n > 0) free(keep[--n]);
+    }
+    for (int i = 0; i < 100; i++) {
+        void *p = valloc(100);
+        if (p == NULL || ((uintptr_t)p & 4095) != 0) bad++;
+        keep[n++] = p;
+    }
+    while (n > 0) free(keep[--n]);
+    return (void *)bad;
+}
+
+static void test_aligned_first_in_new_thread(void **state)
+{
+    (void)state;
+    pthread_t t;
+    void *bad = NULL;
+    assert_int_equal(pthread_create(&t, NULL, first_allocs_aligned, NULL), 0);
+    assert_int_equal(pthread_join(t, &bad), 0);
+    assert_int_equal((uintptr_t)bad, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -394,6 +430,7 @@ int main(void)
         TEST_API(test_huge_requests_fail, API_HAK),
         TEST_API(test_realloc_aligned_block, API_STD),
         TEST_API(test_realloc_aligned_block, API_HAK),
+        cmocka_unit_test(test_aligned_first_in_new_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
