@@ -137,8 +137,10 @@ void *hak_alloc_without_heap(size_t size) {
 
 /* ---- fork -------------------------------------------------------------------
  * The locks are held across fork() so the child never sees one half-taken.
- * In the child only the forking thread lives: every other thread's heap is
- * abandoned, to be adopted by the child's next threads. */
+ * In the child only the forking thread lives.  The other threads' heaps may
+ * have been caught half-way through an update (their owners take no lock),
+ * so the child never adopts them: they stay orphaned, their blocks still
+ * freeable (onto the orphan's remote list), their memory not reused. */
 static void fork_prepare(void) {
     hak_lock(&heap_lock);
     hak_ss_lock_all();
@@ -155,7 +157,7 @@ static void fork_child(void) {
     hak_large_unlock_all();
     hak_ss_unlock_all();
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_heap && h->state == HAK_HEAP_ACTIVE) heap_abandon_locked(h);
+        if (h != hak_tls_heap && h->state == HAK_HEAP_ACTIVE) h->state = HAK_HEAP_ORPHANED;
     hak_unlock(&heap_lock);
 }
 

@@ -160,7 +160,8 @@ typedef struct hak_ring {
 typedef struct { hak_ring_t r; void *slot[POOL_L2_RING_CAP]; } hak_l2_ring_t;
 typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;
 
-enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2 };
+/* ORPHANED: the heap of a thread that did not survive fork() in the child. */
+enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2, HAK_HEAP_ORPHANED = 3 };
 
 typedef struct hak_heap {
     /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
