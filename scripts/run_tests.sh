@@ -42,6 +42,10 @@ run_binary() {
     planned=$(sed -n 's/^\[==========\] Running \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
 
     note=""
+    if [ "$rc" -ne 0 ] && ! grep -q '^\[  PASSED  \]\|^\[  FAILED  \] [0-9]' "$log"; then
+        # Died before its summary: count the tests that finished "OK".
+        passed=$(grep -c '^\[       OK \]' "$log")
+    fi
     if [ "$rc" -ne 0 ]; then
         # A crash or timeout: every test that did not report success failed
         # (at least one).
