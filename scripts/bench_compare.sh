@@ -1,0 +1,651 @@
+#!/usr/bin/env bash
+# bench_compare.sh — hakmem against glibc, mimalloc, jemalloc and tcmalloc.
+#
+#   scripts/bench_compare.sh [--runs N] [--allocators LIST] [--quick] [--out DIR]
+#                            [--callgrind] [more options: --help]
+#
+# Every benchmark is the build/bench/NAME_system binary (plain libc malloc);
+# each allocator is put under it with LD_PRELOAD.  Runs are interleaved across
+# allocators (A B C ... A B C ...) so that machine drift hits all of them alike.
+# The report gives per benchmark and allocator the median throughput, the
+# min–max spread, hakmem's ratio to it and the peak RSS, as a Markdown table on
+# stdout and in OUT/latest.md, plus a chart of the ratios in OUT/latest.png.
+#
+# Exit status: 0 all went well; 1 something failed (unknown allocator, missing
+# binary or library, a run that crashed, timed out or printed no result);
+# 2 bad command line.  A peer allocator that is not installed (and cannot be
+# installed) is skipped with a note and is not a failure.
+set -u -o pipefail
+export LC_ALL=C
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROG=bench_compare
+
+usage() {
+    cat <<EOF
+usage: scripts/bench_compare.sh [options]
+
+  --runs N            runs per benchmark and allocator (default: 5, --quick: 3)
+  --allocators LIST   comma- or space-separated, in report order
+                      (default: system,hakmem,mimalloc,jemalloc,tcmalloc).
+                      Known: system hakmem mimalloc jemalloc tcmalloc, and
+                      hakmem-static (the statically linked NAME_hakmem binary).
+  --quick             smaller sizes, 3 runs, no package installs: only the
+                      peers already installed are used (this is 'make bench')
+  --out DIR           where latest.md / latest.png / latest.tsv go
+                      (default: docs/benchmarks; --quick: build/bench-results)
+  --callgrind         instead of timing, count instructions per operation of
+                      bench_random_mixed (ws 400 and 8192) with valgrind's
+                      callgrind; writes OUT/callgrind.md
+  --cycles N          cycles for --callgrind (default 200000)
+  --only LIST         only these benchmark ids (see below)
+  --timeout SEC       limit for one run (default: 120, --quick: 30,
+                      --callgrind: 600)
+  --bench-dir DIR     where the NAME_system binaries are (default: build/bench)
+  --hakmem-lib PATH   the hakmem library to preload (default: ./libhakmem.so)
+  --no-install        never install missing packages
+  --no-chart          do not draw latest.png
+  -h, --help          this text
+
+Benchmark ids: random_mixed_ws400 random_mixed_ws8192 mid_large_mt_t1
+mid_large_mt_t2 larson_t1 larson_t2 rss (the last only when
+bench_rss_system exists).  Sizes can be overridden with the environment
+variables BENCH_RM_CYCLES, BENCH_MID_CYCLES, BENCH_LARSON_SECONDS.
+EOF
+}
+
+die_usage() { echo "$PROG: $*" >&2; echo "try: scripts/bench_compare.sh --help" >&2; exit 2; }
+say()  { echo "$PROG: $*" >&2; }
+
+# ---------------------------------------------------------------- options
+RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; QUICK=0; OUT=""
+CALLGRIND=0; CG_CYCLES=200000; ONLY=""; TIMEOUT=""; BENCH_DIR="$REPO/build/bench"
+HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1
+ORIG_CMD="scripts/bench_compare.sh"
+for a in "$@"; do
+    if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then ORIG_CMD+=" $a"; else ORIG_CMD+=" '${a//\'/\'\\\'\'}'"; fi
+done
+
+need_arg() { [ $# -ge 2 ] && [ -n "$2" ] || die_usage "option $1 needs a value"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs)        need_arg "$@"; RUNS=$2; shift 2 ;;
+        --runs=*)      RUNS=${1#*=}; shift ;;
+        --allocators)  need_arg "$@"; ALLOC_LIST=$2; shift 2 ;;
+        --allocators=*) ALLOC_LIST=${1#*=}; shift ;;
+        --quick)       QUICK=1; shift ;;
+        --out)         need_arg "$@"; OUT=$2; shift 2 ;;
+        --out=*)       OUT=${1#*=}; shift ;;
+        --callgrind)   CALLGRIND=1; shift ;;
+        --cycles)      need_arg "$@"; CG_CYCLES=$2; shift 2 ;;
+        --cycles=*)    CG_CYCLES=${1#*=}; shift ;;
+        --only)        need_arg "$@"; ONLY=$2; shift 2 ;;
+        --only=*)      ONLY=${1#*=}; shift ;;
+        --timeout)     need_arg "$@"; TIMEOUT=$2; shift 2 ;;
+        --timeout=*)   TIMEOUT=${1#*=}; shift ;;
+        --bench-dir)   need_arg "$@"; BENCH_DIR=$2; shift 2 ;;
+        --bench-dir=*) BENCH_DIR=${1#*=}; shift ;;
+        --hakmem-lib)  need_arg "$@"; HAKMEM_LIB=$2; shift 2 ;;
+        --hakmem-lib=*) HAKMEM_LIB=${1#*=}; shift ;;
+        --no-install)  INSTALL=0; shift ;;
+        --no-chart)    CHART=0; shift ;;
+        -h|--help)     usage; exit 0 ;;
+        *)             die_usage "unknown option '$1'" ;;
+    esac
+done
+
+is_posint() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+[ -z "$RUNS" ] && { [ $QUICK = 1 ] && RUNS=3 || RUNS=5; }
+is_posint "$RUNS"      || die_usage "--runs wants a positive integer, not '$RUNS'"
+is_posint "$CG_CYCLES" || die_usage "--cycles wants a positive integer, not '$CG_CYCLES'"
+if [ -z "$TIMEOUT" ]; then
+    if [ $CALLGRIND = 1 ]; then TIMEOUT=600; elif [ $QUICK = 1 ]; then TIMEOUT=30; else TIMEOUT=120; fi
+fi
+is_posint "$TIMEOUT"   || die_usage "--timeout wants a positive number of seconds, not '$TIMEOUT'"
+[ $QUICK = 1 ] && INSTALL=0
+if [ -z "$OUT" ]; then
+    if [ $QUICK = 1 ]; then OUT="$REPO/build/bench-results"; else OUT="$REPO/docs/benchmarks"; fi
+fi
+case "$BENCH_DIR" in /*) ;; *) BENCH_DIR="$PWD/$BENCH_DIR" ;; esac
+case "$HAKMEM_LIB" in /*) ;; *) HAKMEM_LIB="$PWD/$HAKMEM_LIB" ;; esac
+mkdir -p "$OUT" || { say "cannot create output directory $OUT"; exit 1; }
+OUT=$(cd "$OUT" && pwd)
+
+FAILED=0                 # becomes 1 on any failure; decides the exit status
+PROBLEMS=()              # lines for the report
+NOTES=()
+fail() { FAILED=1; PROBLEMS+=("$*"); say "FAILED: $*"; }
+note() { NOTES+=("$*"); say "note: $*"; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench_compare.XXXXXX") || { say "mktemp failed"; exit 1; }
+trap 'rm -rf "$WORK"' EXIT
+trap 'echo; say "interrupted"; exit 130' INT TERM
+
+# ---------------------------------------------------------------- packages
+pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+APT_UPDATED=0
+apt_install() {   # apt_install PKG... ; best effort, quiet; returns apt's status
+    command -v apt-get >/dev/null 2>&1 || return 1
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || return 1
+        sudo=(sudo -n)
+    fi
+    say "installing $* (apt-get)"
+    if [ $APT_UPDATED = 0 ]; then
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1
+        APT_UPDATED=1
+    fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
+        >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------- allocators
+# name -> Debian package and the soname to preload
+peer_pkg() {
+    case "$1" in
+        mimalloc) echo "libmimalloc2.0 libmimalloc.so.2" ;;
+        jemalloc) echo "libjemalloc2 libjemalloc.so.2" ;;
+        tcmalloc) echo "libtcmalloc-minimal4 libtcmalloc_minimal.so.4" ;;
+        *) return 1 ;;
+    esac
+}
+find_peer_lib() {   # find_peer_lib PKG SONAME -> path on stdout
+    local pkg=$1 so=$2 p
+    p=$(dpkg -L "$pkg" 2>/dev/null | grep -E "/$so\$" | head -n1)
+    if [ -z "$p" ] && command -v ldconfig >/dev/null 2>&1; then
+        p=$(ldconfig -p 2>/dev/null | awk -v so="$so" '$1 == so && /x86-64|x86_64|64/ { print $NF; exit }')
+        [ -z "$p" ] && p=$(ldconfig -p 2>/dev/null | awk -v so="$so" '$1 == so { print $NF; exit }')
+    fi
+    if [ -z "$p" ]; then
+        for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+            [ -e "$d/$so" ] && { p="$d/$so"; break; }
+        done
+    fi
+    [ -n "$p" ] && [ -e "$p" ] && { echo "$p"; return 0; }
+    return 1
+}
+# Does the dynamic loader accept LIB as a preload, and does a trivial program survive it?
+preload_ok() {
+    local lib=$1 out
+    out=$(LD_PRELOAD="$lib" /bin/true 2>&1); local rc=$?
+    if [ $rc -ne 0 ] || printf '%s' "$out" | grep -qiE 'cannot be preloaded|ld\.so'; then
+        PRELOAD_ERR="LD_PRELOAD=$lib /bin/true: $(printf '%s' "$out" | head -n2 | tr '\n' ' ') (exit $rc)"
+        return 1
+    fi
+    return 0
+}
+
+declare -A LIB=()        # allocator -> preload path ('' for none)
+declare -A BINSUFFIX=()  # allocator -> _system or _hakmem
+ALLOCS=()
+REQ=$(echo "$ALLOC_LIST" | tr ',' ' ')
+[ -n "${REQ// /}" ] || die_usage "--allocators is empty"
+
+# Install missing peers first (full runs only), in one go.
+if [ $INSTALL = 1 ]; then
+    missing=()
+    for a in $REQ; do
+        pp=$(peer_pkg "$a") || continue
+        set -- $pp
+        find_peer_lib "$1" "$2" >/dev/null || missing+=("$1")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        for p in "${missing[@]}"; do
+            apt_install "$p" || say "could not install $p"
+        done
+    fi
+fi
+
+declare -A SEEN=()
+for a in $REQ; do
+    [ -n "${SEEN[$a]:-}" ] && continue
+    SEEN[$a]=1
+    case "$a" in
+        system)
+            LIB[$a]=""; BINSUFFIX[$a]=_system; ALLOCS+=("$a") ;;
+        hakmem)
+            if [ ! -f "$HAKMEM_LIB" ]; then
+                fail "hakmem: library $HAKMEM_LIB not found (run 'make lib'); hakmem skipped"
+            elif ! preload_ok "$HAKMEM_LIB"; then
+                fail "hakmem: cannot preload the library: $PRELOAD_ERR; hakmem skipped"
+            else
+                LIB[$a]="$HAKMEM_LIB"; BINSUFFIX[$a]=_system; ALLOCS+=("$a")
+            fi ;;
+        hakmem-static)
+            LIB[$a]=""; BINSUFFIX[$a]=_hakmem; ALLOCS+=("$a") ;;
+        mimalloc|jemalloc|tcmalloc)
+            set -- $(peer_pkg "$a")
+            if ! lib=$(find_peer_lib "$1" "$2"); then
+                if [ $QUICK = 1 ]; then
+                    note "$a skipped: not installed (package $1; 'make bench-full' or scripts/install_deps.sh bench installs it)"
+                else
+                    note "$a skipped: package $1 is not installed and could not be installed"
+                fi
+            elif ! preload_ok "$lib"; then
+                note "$a skipped: $PRELOAD_ERR"
+            else
+                LIB[$a]="$lib"; BINSUFFIX[$a]=_system; ALLOCS+=("$a")
+            fi ;;
+        *)
+            fail "unknown allocator '$a' (known: system hakmem mimalloc jemalloc tcmalloc hakmem-static); ignored" ;;
+    esac
+done
+if [ ${#ALLOCS[@]} -eq 0 ]; then
+    say "no usable allocator left; nothing to run"
+    exit 1
+fi
+HAVE_HAKMEM=0
+for a in "${ALLOCS[@]}"; do [ "$a" = hakmem ] && HAVE_HAKMEM=1; done
+REF=hakmem                       # the allocator the ratios are taken from
+[ $HAVE_HAKMEM = 0 ] && for a in "${ALLOCS[@]}"; do [ "$a" = hakmem-static ] && REF=hakmem-static; done
+
+# ---------------------------------------------------------------- tools
+TIME_BIN=""
+if [ -x /usr/bin/time ] && /usr/bin/time -f %M -o /dev/null true 2>/dev/null; then
+    TIME_BIN=/usr/bin/time
+elif [ $CALLGRIND = 0 ] && apt_install time 2>/dev/null && [ -x /usr/bin/time ]; then
+    TIME_BIN=/usr/bin/time
+elif [ $CALLGRIND = 0 ]; then
+    note "/usr/bin/time is missing (package 'time'): peak RSS is not measured"
+fi
+command -v timeout >/dev/null 2>&1 || { say "'timeout' (coreutils) is required"; exit 1; }
+
+# ---------------------------------------------------------------- benchmarks
+if [ $QUICK = 1 ]; then
+    RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-2000000}; LARSON_S=${BENCH_LARSON_SECONDS:-1}
+else
+    RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}; LARSON_S=${BENCH_LARSON_SECONDS:-2}
+fi
+# id | binary | arguments | label
+BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$RM_CYC 400|bench_random_mixed ws=400
+random_mixed_ws8192|bench_random_mixed|$RM_CYC 8192|bench_random_mixed ws=8192
+mid_large_mt_t1|bench_mid_large_mt|1 $MID_CYC 128|bench_mid_large_mt 1 thread
+mid_large_mt_t2|bench_mid_large_mt|2 $MID_CYC 128|bench_mid_large_mt 2 threads
+larson_t1|larson|$LARSON_S 8 1024 1000 1000 42 1|larson 1 thread
+larson_t2|larson|$LARSON_S 8 1024 1000 1000 42 2|larson 2 threads
+rss|bench_rss||bench_rss (memory)"
+if [ $CALLGRIND = 1 ]; then
+    BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$CG_CYCLES 400|bench_random_mixed ws=400
+random_mixed_ws8192|bench_random_mixed|$CG_CYCLES 8192|bench_random_mixed ws=8192"
+fi
+
+B_ID=(); B_BIN=(); B_ARGS=(); B_LABEL=()
+declare -A KNOWN_ID=()
+while IFS='|' read -r id bin args label; do
+    KNOWN_ID[$id]=1
+    if [ -n "$ONLY" ] && ! [[ " $(echo "$ONLY" | tr ',' ' ') " == *" $id "* ]]; then continue; fi
+    if [ "$id" = rss ] && [ ! -e "$BENCH_DIR/bench_rss_system" ]; then
+        [ -n "$ONLY" ] && fail "rss: $BENCH_DIR/bench_rss_system does not exist"
+        continue
+    fi
+    # every allocator needs its binary; a missing one is a failure for that benchmark
+    missing_bin=""
+    for a in "${ALLOCS[@]}"; do
+        f="$BENCH_DIR/${bin}${BINSUFFIX[$a]}"
+        [ -x "$f" ] || missing_bin+=" $f"
+    done
+    if [ -n "$missing_bin" ]; then
+        fail "$id: missing binary:$missing_bin (run 'make benches'); benchmark skipped"
+        continue
+    fi
+    B_ID+=("$id"); B_BIN+=("$bin"); B_ARGS+=("$args"); B_LABEL+=("$label")
+done <<< "$BENCH_TABLE"
+if [ -n "$ONLY" ]; then
+    for id in $(echo "$ONLY" | tr ',' ' '); do
+        [ -n "${KNOWN_ID[$id]:-}" ] || fail "unknown benchmark id '$id' in --only; ignored"
+    done
+fi
+if [ ${#B_ID[@]} -eq 0 ]; then
+    say "no benchmark to run"
+    exit 1
+fi
+
+# ---------------------------------------------------------------- machine
+commit_id() {
+    local c
+    c=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null) || { echo "(no commit)"; return; }
+    if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- core Makefile 2>/dev/null)" ]; then
+        c+="-dirty"
+    fi
+    echo "$c"
+}
+COMMIT=$(commit_id)
+CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+NCPU=$(nproc 2>/dev/null || echo "?")
+MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null)
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
+KERNEL=$(uname -sr)
+GLIBC=$(ldd --version 2>/dev/null | head -n1 | sed 's/^ldd //')
+DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+peer_versions() {
+    local a out=""
+    for a in "${ALLOCS[@]}"; do
+        case "$a" in mimalloc|jemalloc|tcmalloc)
+            set -- $(peer_pkg "$a")
+            out+="$a $(dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'), " ;;
+        esac
+    done
+    echo "${out%, }"
+}
+PEERS_V=$(peer_versions)
+if [ $CALLGRIND = 0 ] && awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
+    note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
+fi
+
+fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
+
+# ================================================================ callgrind mode
+if [ $CALLGRIND = 1 ]; then
+    if ! command -v valgrind >/dev/null 2>&1; then
+        [ $INSTALL = 1 ] && apt_install valgrind
+        command -v valgrind >/dev/null 2>&1 || { say "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+    fi
+    CG_TSV="$WORK/callgrind.tsv"; : > "$CG_TSV"
+    total=$(( ${#B_ID[@]} * ${#ALLOCS[@]} )); k=0; T0=$(date +%s)
+    for i in "${!B_ID[@]}"; do
+        for a in "${ALLOCS[@]}"; do
+            k=$((k + 1))
+            bin="$BENCH_DIR/${B_BIN[$i]}${BINSUFFIX[$a]}"
+            printf '[%d/%d] callgrind  %-28s %-14s ' "$k" "$total" "${B_LABEL[$i]}" "$a" >&2
+            envp=(env); [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
+            outp="$WORK/cg.${B_ID[$i]}.$a"
+            # shellcheck disable=SC2086
+            timeout -k 5 "$TIMEOUT" valgrind --tool=callgrind --trace-children=yes \
+                --callgrind-out-file="$outp.%p" "${envp[@]}" "$bin" ${B_ARGS[$i]} \
+                >"$outp.log" 2>&1 </dev/null
+            rc=$?
+            ir=$(cat "$outp".[0-9]* 2>/dev/null | awk '/^totals:/ { s += $2; n++ } END { if (n) printf "%.0f", s }')
+            if [ $rc -ne 0 ] || [ -z "$ir" ]; then
+                if [ $rc = 124 ] || [ $rc = 137 ]; then why="timed out after ${TIMEOUT}s"
+                elif [ $rc -gt 128 ]; then why="crashed (signal $((rc - 128)))"
+                elif [ $rc -ne 0 ]; then why="exited with status $rc"
+                else why="no callgrind totals"; fi
+                echo "FAILED" >&2
+                fail "callgrind ${B_LABEL[$i]} under $a: $why; last output: $(grep -v '^==' "$outp.log" | tail -n2 | tr '\n' ' ')"
+                printf '%s\t%s\tfail\t\n' "${B_ID[$i]}" "$a" >> "$CG_TSV"
+            else
+                printf '%s\t%s\tok\t%s\n' "${B_ID[$i]}" "$a" "$ir" >> "$CG_TSV"
+                awk -v ir="$ir" -v c="$CG_CYCLES" 'BEGIN { printf "%.1f Ir/op\n", ir / c }' >&2
+            fi
+        done
+    done
+    TABLE=$(awk -F'\t' -v cyc="$CG_CYCLES" -v ref="$REF" -v order="${ALLOCS[*]}" -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" '
+        { st[$1 SUBSEP $2] = $3; ir[$1 SUBSEP $2] = $4 }
+        END {
+            na = split(order, al, " "); nb = split(ids, bi, " "); split(labels, lb, "|")
+            print "| benchmark | allocator | total Ir | Ir per op | ratio " ref "/this |"
+            print "|---|---|---:|---:|---:|"
+            for (b = 1; b <= nb; b++) for (j = 1; j <= na; j++) {
+                key = bi[b] SUBSEP al[j]
+                if (st[key] != "ok") { printf "| %s | %s | FAILED | | |\n", lb[b], al[j]; continue }
+                r = ""; rk = bi[b] SUBSEP ref
+                if (st[rk] == "ok" && ir[key] > 0) r = sprintf("%.2f", ir[rk] / ir[key])
+                printf "| %s | %s | %.0f | %.1f | %s |\n", lb[b], al[j], ir[key], ir[key] / cyc, r
+            }
+        }' "$CG_TSV")
+    {
+        echo "# hakmem instruction counts (callgrind)"
+        echo
+        echo "- date: $DATE"
+        echo "- commit: $COMMIT"
+        echo "- command: \`$ORIG_CMD\`"
+        echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC"
+        [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
+        echo "- method: \`valgrind --tool=callgrind\` on bench_random_mixed $CG_CYCLES WS; Ir per op = total Ir / $CG_CYCLES (start-up and exit included, so small counts are slightly inflated); ratio < 1: hakmem executes fewer instructions"
+        echo
+        echo "$TABLE"
+        if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
+        if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
+    } > "$OUT/callgrind.md"
+    echo
+    echo "$TABLE"
+    echo
+    echo "written: $OUT/callgrind.md ($(fmt_dur $(( $(date +%s) - T0 ))))"
+    [ $FAILED = 0 ] || say "some steps failed (see above)"
+    exit $FAILED
+fi
+
+# ================================================================ timing mode
+RAW="$WORK/runs.tsv"      # id alloc run status ops rss_kb seconds
+: > "$RAW"
+declare -A GAVEUP=()      # id|alloc -> 1 after a failure: its remaining runs are skipped
+total=$(( ${#B_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
+say "${#B_ID[@]} benchmarks x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
+
+run_one() {   # run_one IDX ALLOC RUN
+    local i=$1 a=$2 r=$3 bin log rssf rc ops rss why t1 t2 secs
+    bin="$BENCH_DIR/${B_BIN[$i]}${BINSUFFIX[$a]}"
+    log="$WORK/${B_ID[$i]}.$a.$r.log"; rssf="$WORK/${B_ID[$i]}.$a.$r.rss"
+    local envp=(env)
+    [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
+    local timep=()
+    [ -n "$TIME_BIN" ] && timep=("$TIME_BIN" -f %M -o "$rssf")
+    t1=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    "${timep[@]}" timeout -k 5 "$TIMEOUT" "${envp[@]}" "$bin" ${B_ARGS[$i]} >"$log" 2>&1 </dev/null
+    rc=$?
+    t2=$(date +%s.%N)
+    secs=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.2f", b - a }')
+    ops=$(awk '/Throughput = / { for (f = 1; f < NF; f++) if ($f == "=" && $(f-1) == "Throughput") v = $(f+1) } END { if (v != "") print v }' "$log")
+    [[ "$ops" =~ ^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || ops=""
+    rss=""
+    [ -s "$rssf" ] && rss=$(tail -n1 "$rssf" | awk '$1 ~ /^[0-9]+$/ { print $1 }')
+    why=""
+    if [ $rc = 124 ] || { [ $rc = 137 ] && awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; }; then
+        why="timed out after ${TIMEOUT}s"
+    elif [ $rc -gt 128 ] && [ $rc -lt 160 ]; then
+        local sig; sig=$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))
+        why="crashed (SIG$sig)"
+    elif [ $rc -ne 0 ]; then
+        why="exited with status $rc"
+    elif [ -z "$ops" ] && [ "${B_ID[$i]}" != rss ]; then
+        why="printed no 'Throughput = N ops/s' line"
+    fi
+    if [ -n "$why" ]; then
+        printf '%s\t%s\t%s\tfail\t\t%s\t%s\n' "${B_ID[$i]}" "$a" "$r" "$rss" "$secs" >> "$RAW"
+        echo "FAILED" >&2
+        local last; last=$(grep -v '^Command ' "$log" | tail -n3 | tr '\n' ' ' | cut -c1-300)
+        fail "${B_LABEL[$i]} under $a (run $r): $why${last:+; last output: $last}; remaining runs of this pair skipped"
+        echo "    command: ${envp[*]} $bin ${B_ARGS[$i]}" >&2
+        GAVEUP["${B_ID[$i]}|$a"]=1
+        return 1
+    fi
+    printf '%s\t%s\t%s\tok\t%s\t%s\t%s\n' "${B_ID[$i]}" "$a" "$r" "$ops" "$rss" "$secs" >> "$RAW"
+    awk -v o="$ops" -v m="$rss" -v s="$secs" 'BEGIN {
+        if (o != "") printf "%10.3f M ops/s", o / 1e6; else printf "%17s", "-"
+        if (m != "") printf "   RSS %7.1f MiB", m / 1024
+        printf "   %5.2f s\n", s }' >&2
+}
+
+for i in "${!B_ID[@]}"; do
+    for ((r = 1; r <= RUNS; r++)); do
+        for a in "${ALLOCS[@]}"; do
+            k=$((k + 1))
+            el=$(( $(date +%s) - T0 ))
+            if [ -n "${GAVEUP[${B_ID[$i]}|$a]:-}" ]; then
+                printf '[%3d/%d %s] %-28s %-14s run %d/%d  skipped (failed before)\n' \
+                    "$k" "$total" "$(fmt_dur $el)" "${B_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
+                continue
+            fi
+            printf '[%3d/%d %s] %-28s %-14s run %d/%d ' \
+                "$k" "$total" "$(fmt_dur $el)" "${B_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
+            run_one "$i" "$a" "$r"
+        done
+    done
+done
+ELAPSED=$(( $(date +%s) - T0 ))
+
+# ---------------------------------------------------------------- aggregate
+# SUMMARY: id alloc nok median min max rss_max_kb ratio   (one line per pair, in order)
+SUMMARY="$WORK/summary.tsv"
+awk -F'\t' -v order="${ALLOCS[*]}" -v ids="${B_ID[*]}" -v ref="$REF" '
+    function median(s,    a, m, i, j, v) {
+        m = split(s, a, " "); if (m == 0) return ""
+        # insertion sort, n is small
+        for (i = 2; i <= m; i++) { v = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > v) { a[j+1] = a[j]; j-- } a[j+1] = v }
+        lo = a[1]; hi = a[m]
+        if (m % 2) return a[(m + 1) / 2]
+        return (a[m / 2] + a[m / 2 + 1]) / 2
+    }
+    {
+        key = $1 SUBSEP $2
+        if ($4 == "ok") { if ($5 != "") { vals[key] = vals[key] " " $5; nok[key]++ } else nrss[key]++ }
+        else nfail[key]++
+        if ($4 == "ok" && $6 != "" && $6 + 0 > rss[key] + 0) rss[key] = $6
+    }
+    END {
+        na = split(order, al, " "); nb = split(ids, bi, " ")
+        for (b = 1; b <= nb; b++) for (j = 1; j <= na; j++) {
+            key = bi[b] SUBSEP al[j]
+            if (vals[key] != "") { med[key] = median(vals[key]); mn[key] = lo; mx[key] = hi }
+        }
+        for (b = 1; b <= nb; b++) for (j = 1; j <= na; j++) {
+            key = bi[b] SUBSEP al[j]; rk = bi[b] SUBSEP ref
+            ratio = ""
+            if (med[key] != "" && med[rk] != "" && med[key] > 0) ratio = med[rk] / med[key]
+            st = (nfail[key] > 0) ? "fail" : "ok"
+            printf "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", bi[b], al[j], st, nok[key], med[key], mn[key], mx[key], rss[key], ratio
+        }
+    }' "$RAW" > "$SUMMARY"
+
+# Markdown table, columns padded so that it also reads well in a terminal.
+make_table() {
+    awk -F'\t' -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" -v ref="$REF" '
+        function fm(x) {   # ops/s, human
+            if (x == "") return ""
+            if (x >= 1e9) return sprintf("%.2f G", x / 1e9)
+            if (x >= 1e6) return sprintf("%.2f M", x / 1e6)
+            if (x >= 1e3) return sprintf("%.1f K", x / 1e3)
+            return sprintf("%.0f", x)
+        }
+        function fr(x) {   # min–max with one unit
+            return fm(x)
+        }
+        BEGIN { nb = split(ids, bi, " "); split(labels, lb, "|"); for (b = 1; b <= nb; b++) label[bi[b]] = lb[b]
+                n = 0
+                row[++n] = "benchmark\tallocator\tmedian ops/s\tmin–max\tratio " ref "/this\tpeak RSS MiB" }
+        {
+            med = fm($5); rng = ($6 != "") ? fm($6) " – " fm($7) : ""
+            if ($3 == "fail" && $4 == 0) { med = "FAILED"; rng = "" }
+            else if ($3 == "fail") { med = med " (" $4 " ok)"; }
+            else if ($5 == "" && $1 == "rss") { med = "-" }
+            ratio = ($9 != "") ? sprintf("%.2f", $9) : ""
+            rss = ($8 != "") ? sprintf("%.1f", $8 / 1024) : ""
+            row[++n] = label[$1] "\t" $2 "\t" med "\t" rng "\t" ratio "\t" rss
+        }
+        END {
+            for (i = 1; i <= n; i++) { m = split(row[i], c, "\t"); for (j = 1; j <= m; j++) { l = length(c[j]); if (c[j] ~ /–/) l -= 2; if (l > w[j]) w[j] = l } }
+            for (i = 1; i <= n; i++) {
+                m = split(row[i], c, "\t"); line = "|"
+                for (j = 1; j <= m; j++) {
+                    pad = w[j] - length(c[j]) + ((c[j] ~ /–/) ? 2 : 0)
+                    if (j <= 2 || i == 1) line = line " " c[j] sprintf("%" (pad > 0 ? pad : 0) "s", "") " |"
+                    else line = line " " sprintf("%" (pad > 0 ? pad : 0) "s", "") c[j] " |"
+                }
+                print line
+                if (i == 1) {
+                    line = "|"
+                    for (j = 1; j <= m; j++) { d = ""; for (x = 0; x < w[j]; x++) d = d "-"; line = line (j <= 2 ? " " d " |" : " " substr(d, 2) ": |") }
+                    print line
+                }
+            }
+        }' "$SUMMARY"
+}
+TABLE=$(make_table)
+
+# ---------------------------------------------------------------- chart
+PNG_NOTE=""
+draw_chart() {
+    local dat="$WORK/ratios.dat" peers=() a
+    for a in "${ALLOCS[@]}"; do [ "$a" != "$REF" ] && peers+=("$a"); done
+    [ ${#peers[@]} -gt 0 ] || { PNG_NOTE="no peer to compare with, no chart"; return 1; }
+    # rows: benchmark label (quoted), one ratio column per peer ('-' when missing)
+    awk -F'\t' -v peers="${peers[*]}" -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" '
+        { r[$1 SUBSEP $2] = $9 }
+        END {
+            np = split(peers, p, " "); nb = split(ids, bi, " "); split(labels, lb, "|")
+            printf "benchmark"; for (j = 1; j <= np; j++) printf "\t\"%s\"", p[j]; printf "\n"
+            for (b = 1; b <= nb; b++) {
+                any = 0; line = "\"" lb[b] "\""
+                for (j = 1; j <= np; j++) { v = r[bi[b] SUBSEP p[j]]; if (v != "") any = 1; line = line "\t" (v != "" ? v : "-") }
+                if (any) print line
+            }
+        }' "$SUMMARY" > "$dat"
+    [ "$(wc -l < "$dat")" -gt 1 ] || { PNG_NOTE="no ratio to draw"; return 1; }
+    local term="pngcairo size 1100,560 font 'sans,10'"
+    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size 1100,560"
+    local plot="plot '$dat' using 2:xtic(1) title columnheader(2)"
+    local c
+    for ((c = 3; c <= ${#peers[@]} + 1; c++)); do plot+=", '' using $c title columnheader($c)"; done
+    gnuplot > "$WORK/gnuplot.log" 2>&1 <<EOF
+set terminal $term
+set termoption noenhanced
+set output '$OUT/latest.png'
+set title "$REF throughput relative to each allocator (median of $RUNS runs; above 1 = $REF faster)\ncommit $COMMIT, $DATE"
+set datafile separator "\t"
+set datafile missing "-"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set ylabel "$REF / allocator  (ops/s)"
+set yrange [0:*]
+set grid ytics
+set key top right
+set xtics rotate by -15 nomirror
+set arrow from graph 0, first 1 to graph 1, first 1 nohead lw 2 dt 2 lc rgb "black" front
+$plot
+EOF
+    if [ $? -ne 0 ]; then PNG_NOTE="gnuplot failed: $(tail -n2 "$WORK/gnuplot.log" | tr '\n' ' ')"; return 1; fi
+    return 0
+}
+PNG_OK=0
+if [ $CHART = 1 ]; then
+    if ! command -v gnuplot >/dev/null 2>&1 && [ $INSTALL = 1 ]; then apt_install gnuplot-nox || true; fi
+    if ! command -v gnuplot >/dev/null 2>&1; then
+        PNG_NOTE="gnuplot is not installed (package gnuplot-nox): no chart"
+    elif draw_chart; then
+        PNG_OK=1
+    fi
+    [ -n "$PNG_NOTE" ] && note "$PNG_NOTE"
+fi
+
+# ---------------------------------------------------------------- report
+cp "$RAW" "$OUT/latest.tsv"
+{
+    echo "# hakmem benchmark comparison"
+    echo
+    echo "- date: $DATE"
+    echo "- commit: $COMMIT"
+    echo "- command: \`$ORIG_CMD\`"
+    echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD"
+    [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#$REPO/}"
+    [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
+    echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators; each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
+    echo
+    echo "| benchmark | arguments |"
+    echo "|---|---|"
+    for i in "${!B_ID[@]}"; do echo "| ${B_LABEL[$i]} | \`${B_BIN[$i]}${B_ARGS[$i]:+ ${B_ARGS[$i]}}\` |"; done
+    echo
+    echo "$TABLE"
+    if [ $PNG_OK = 1 ]; then echo; echo "![ratios](latest.png)"; fi
+    if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
+    if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
+    echo
+    echo "Raw runs: latest.tsv (benchmark, allocator, run, status, ops/s, max RSS KiB, seconds)."
+} > "$OUT/latest.md"
+
+echo
+echo "$TABLE"
+echo
+echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
+echo "written: $OUT/latest.md$( [ $PNG_OK = 1 ] && echo " and $OUT/latest.png")"
+if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
+if [ $FAILED != 0 ]; then
+    echo
+    echo "FAILURES:"
+    for p in "${PROBLEMS[@]}"; do echo "  - $p"; done
+fi
+exit $FAILED
