@@ -151,7 +151,7 @@ size_t hak_usable_size(const void *p) {
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);
-        return s->tier == HAK_TIER_NONE ? 0 : s->block_size;
+        return s->tier == HAK_TIER_NONE ? 0 : hak_class_block_size[s->cls];
     }
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
     if (p == NULL) return 0;
@@ -204,11 +204,12 @@ hak_tier_t hak_tier_of(const void *p) {
     return HAK_TIER_NONE;
 }
 
+/* glibc's pad (memory to keep at the top of the heap) has no meaning here:
+ * everything free goes back. */
 int hak_trim(size_t pad) {
     (void)pad;
-    hak_heap_t *h = hak_tls_heap;
-    if (h != &hak_empty_heap) hak_heap_collect_remote(h);
-    bool any = hak_large_trim_cache();
+    bool any = hak_heap_trim();
+    any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
     return any ? 1 : 0;
 }

@@ -4,10 +4,11 @@
  * through hak_tls_heap, and abandoned when the thread exits: its rings are
  * flushed and it waits on the abandoned list, with all its slabs, until the
  * next new thread adopts it.  Heaps live forever (recycled, never unmapped),
- * so a remote free can always reach slab->owner->remote. */
+ * so a remote free can always reach slab->owner->notify. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 #include "box/pool_ring_box.h"
+#include "hakmem_options.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -33,54 +34,87 @@ static bool heap_key_ready;
 _Atomic int hak_initialized;
 static hak_lock_t init_lock;
 
-/* ---- remote frees -------------------------------------------------------- */
+/* ---- remote frees ----------------------------------------------------------
+ * One CAS onto the block's slab.  If the owner had parked the slab (NOTIFY),
+ * the first freer also pushes the slab onto the owner's notify stack.  The
+ * slab cannot go away in between: the block just pushed still counts as used
+ * and a parked slab is only retired through the notify stack. */
 void hak_remote_free(hak_slab_t *s, void *p) {
-    hak_heap_t *owner = s->owner;
     hak_block_t *b = (hak_block_t *)p;
-    hak_block_t *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+    uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
-        b->next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&owner->remote, &head, b,
-                                                    memory_order_release,
-                                                    memory_order_relaxed));
-}
-
-void hak_heap_collect_remote(hak_heap_t *h) {
-    hak_block_t *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-    while (b != NULL) {
-        hak_block_t *next = b->next;
-        hak_slab_free_local(h, b);
-        b = next;
+        b->next = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY);
+    } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
+                                                    memory_order_release, memory_order_relaxed));
+    if (old & HAK_REMOTE_NOTIFY) {
+        hak_heap_t *owner = s->owner;
+        hak_slab_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
+        do {
+            s->notify_next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, s,
+                                                        memory_order_release,
+                                                        memory_order_relaxed));
     }
 }
 
+/* Collect every remote free in the heap's slabs, giving back what empties.
+ * The caller owns h (its thread, or an abandoned heap taken off the list). */
+static void heap_sweep(hak_heap_t *h) {
+    hak_slab_collect_notified(h);
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL;) {
+        hak_superslab_t *next = ss->next;
+        h->sweeping = ss;                 /* keeps ss mapped while we walk it */
+        for (unsigned i = 0; i < HAK_SS_PAGES; i++)
+            if (ss->page_head[i] == i && ss->slabs[i].tier != HAK_TIER_NONE)
+                hak_slab_sweep_remote(h, &ss->slabs[i]);
+        h->sweeping = NULL;
+        hak_ss_release_if_empty(h, ss);
+        ss = next;
+    }
+}
+
+static void heap_flush_rings(hak_heap_t *h) {
+    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
+        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+}
+
 /* ---- heap life cycle ------------------------------------------------------- */
+static _Atomic unsigned abandoned_count;
+
 static hak_heap_t *heap_new(void) {
     hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
     if (h == NULL) return NULL;
-    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->queue_head[c] = &hak_empty_slab;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
+        h->queue_head[c] = &hak_empty_slab;
+        h->tier_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
+    }
     hak_pool_init_heap(h);
     h->next_all = heaps_all;
     heaps_all = h;
     return h;
 }
 
-/* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
-static hak_heap_t *heap_take_locked(void) {
+static hak_heap_t *heap_pop_abandoned_locked(void) {
     hak_heap_t *h = heaps_abandoned;
     if (h != NULL) {
         heaps_abandoned = h->next_free;
         h->next_free = NULL;
-    } else {
-        h = heap_new();
+        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
     }
     return h;
+}
+
+/* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
+static hak_heap_t *heap_take_locked(void) {
+    hak_heap_t *h = heap_pop_abandoned_locked();
+    return h != NULL ? h : heap_new();
 }
 
 static void heap_abandon_locked(hak_heap_t *h) {
     h->state = HAK_HEAP_ABANDONED;
     h->next_free = heaps_abandoned;
     heaps_abandoned = h;
+    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
 hak_heap_t *hak_heap_for_thread(void) {
@@ -95,22 +129,54 @@ hak_heap_t *hak_heap_for_thread(void) {
     hak_tls_heap = h;
     /* May allocate (keys past the first block); hak_tls_heap is set. */
     if (heap_key_ready) pthread_setspecific(heap_key, h);
-    if (atomic_load_explicit(&h->remote, memory_order_relaxed) != NULL)
-        hak_heap_collect_remote(h);
+    hak_slab_collect_notified(h);
     return h;
 }
 
-static void heap_flush(hak_heap_t *h) {
-    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
-        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
-    hak_heap_collect_remote(h);
+/* From the slow path every 256 refills: while threads have exited and left
+ * heaps behind, take one at a time, collect its remote frees and give its
+ * empty memory back, so nothing waits for a new thread to adopt it. */
+void hak_heap_housekeeping(hak_heap_t *h) {
+    (void)h;
+    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return;
+    if (!hak_trylock(&heap_lock)) return;
+    hak_heap_t *b = heap_pop_abandoned_locked();
+    hak_unlock(&heap_lock);
+    if (b == NULL) return;
+    heap_sweep(b);
+    hak_ss_purge_heap(b);
+    hak_lock(&heap_lock);
+    heap_abandon_locked(b);
+    hak_unlock(&heap_lock);
 }
 
-/* pthread key destructor: the thread is exiting. */
+/* malloc_trim: the calling thread's heap and every abandoned one give back
+ * all they can now. */
+bool hak_heap_trim(void) {
+    bool any = false;
+    hak_heap_t *h = hak_tls_heap;
+    if (h != &hak_empty_heap) {
+        heap_flush_rings(h);
+        heap_sweep(h);
+        any |= hak_ss_purge_heap(h);
+    }
+    hak_lock(&heap_lock);
+    for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) {
+        heap_sweep(b);
+        any |= hak_ss_purge_heap(b);
+    }
+    hak_unlock(&heap_lock);
+    return any;
+}
+
+/* pthread key destructor: the thread is exiting.  Its rings go back to the
+ * slabs, its free pages to the OS, and the heap waits for a new thread. */
 static void heap_thread_exit(void *arg) {
     hak_heap_t *h = arg;
     if (h == NULL || h != hak_tls_heap) return;
-    heap_flush(h);
+    heap_flush_rings(h);
+    heap_sweep(h);
+    hak_ss_purge_heap(h);
     hak_tls_heap = &hak_empty_heap;
     tls_thread_done = true;
     hak_lock(&heap_lock);
@@ -170,6 +236,7 @@ void hak_init(void) {
         hak_unlock(&init_lock);
         return;
     }
+    hak_options_init();
     heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);

@@ -25,6 +25,9 @@
  *
  * Every SuperSlab, and so every slab, is owned by one thread heap.  Only the
  * owner touches a slab's free list and counts: no atomics on the owner path.
+ * A SuperSlab is HOT (takes new slabs), DRAINING (mostly empty: its slabs
+ * serve frees but no allocations, so it can empty out) or FREE (empty,
+ * decommitted, cached for reuse or unmapped).
  *
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
@@ -40,11 +43,14 @@
  * -------
  * A thread's heap (hak_heap_t) is reached through one initial-exec TLS
  * pointer that starts at an empty sentinel heap, so the fast paths need no
- * "initialised?" test.  A free from another thread pushes the block onto the
- * owner heap's lock-free remote list (one CAS); the owner collects the whole
- * list in one exchange on its slow paths.  When a thread exits its heap is
- * flushed and abandoned; the next new thread adopts it whole, so cached and
- * remotely freed blocks are never lost.  Heaps are never unmapped, which is
+ * "initialised?" test.  A free from another thread pushes the block onto its
+ * slab's lock-free remote list (one CAS); the owner takes the whole list in
+ * one exchange when that slab runs dry.  A slab its owner no longer watches
+ * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
+ * first remote free into it hands it to the owner's notify stack.  When a
+ * thread exits its heap is flushed and abandoned; the next new thread adopts
+ * it whole, and meanwhile running threads now and then collect its remote
+ * frees and give its empty memory back.  Heaps are never unmapped, which is
  * what lets a remote free read slab->owner and push without a lock.
  */
 #ifndef HAKMEM_INTERNAL_H
@@ -115,6 +121,11 @@ struct hak_heap;
  * left), so the free path tests "now empty or was full" with one compare. */
 #define HAK_SLAB_FULL 0x80000000u
 
+/* A remote free that finds HAK_REMOTE_NOTIFY in slab->remote clears it and
+ * hands the slab to its owner (heap->notify): the owner set it when it took
+ * the slab off its queue and stopped looking at it. */
+#define HAK_REMOTE_NOTIFY ((uintptr_t)1)
+
 /* One slab; 64 B so the free path touches a single cache line. */
 typedef struct hak_slab {
     hak_block_t     *free;        /* owner-only free list                    */
@@ -122,26 +133,37 @@ typedef struct hak_slab {
                                      | HAK_SLAB_FULL                          */
     uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span
                                      or a page inside a longer span          */
-    uint8_t          reserved;
+    uint8_t          notify_pending; /* owner-only: a remote thread took the
+                                     notification; do not retire until the
+                                     slab comes through heap->notify         */
     uint8_t          cls;         /* size class                              */
     uint8_t          npages;      /* span length in pages                    */
     struct hak_heap *owner;
-    char            *bump;        /* next block never handed out yet         */
-    char            *end;         /* end of the last whole block             */
+    _Atomic(uintptr_t) remote;    /* blocks freed by other threads, linked,
+                                     | HAK_REMOTE_NOTIFY                      */
     struct hak_slab *next, *prev; /* class queue (slabs with room)           */
-    uint32_t         block_size;
-    uint32_t         capacity;
+    struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
+    uint32_t         bump;        /* offset in the SuperSlab of the next
+                                     never-used block                         */
+    uint32_t         end;         /* offset of the end of the last block     */
 } __attribute__((aligned(64))) hak_slab_t;
 
 _Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
+
+/* SuperSlab tiers.  HOT takes new slabs; DRAINING (mostly empty) serves
+ * frees only, so it can empty out; a FREE SuperSlab has no slab left and sits
+ * decommitted in the global cache until reused or unmapped. */
+enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 64. */
 typedef struct hak_superslab {
     hak_slab_t            slabs[HAK_SS_PAGES];
     uint64_t              magic;
     uint64_t              free_pages;     /* bit i: page i is in no span     */
+    uint64_t              dirty_pages;    /* free pages not yet decommitted  */
     struct hak_heap      *owner;
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
+    _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
 } hak_superslab_t;
 
@@ -171,8 +193,12 @@ typedef struct hak_heap {
     /* The ring of each L2 / L2.5 class (an empty ring in the empty heap). */
     hak_ring_t      *ring[HAK_L2_CLASSES + HAK_L25_CLASSES];
     /* Written by other threads: a line of its own. */
-    _Atomic(hak_block_t *) remote __attribute__((aligned(64)));
-    char             pad_remote[64 - sizeof(void *)];
+    _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));
+    char             pad_notify[64 - sizeof(void *)];
+    uint16_t         tier_countdown[HAK_NUM_CLASSES]; /* refills to the next
+                                                        tier check, per class */
+    unsigned         slow_count;   /* slow paths, to pace housekeeping     */
+    hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     int              state;
@@ -191,6 +217,7 @@ extern __thread hak_heap_t *hak_tls_heap;
 
 typedef struct { _Atomic int held; } hak_lock_t;
 HAK_INTERNAL void hak_lock(hak_lock_t *l);
+HAK_INTERNAL bool hak_trylock(hak_lock_t *l);
 static inline void hak_unlock(hak_lock_t *l) {
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
@@ -216,14 +243,22 @@ HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((nor
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
                                           bool page0);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL bool hak_ss_purge_heap(hak_heap_t *h);
+HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
 HAK_INTERNAL void hak_ss_lock_all(void);
 HAK_INTERNAL void hak_ss_unlock_all(void);
+static inline unsigned hak_ss_state(const hak_superslab_t *ss) {
+    return atomic_load_explicit(&ss->state, memory_order_relaxed);
+}
 
 /* slabs (hakmem_slab.c) */
 HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_free_local(hak_heap_t *h, void *p);
+HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
+HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
 
 /* Tiny (hakmem_tiny.c) */
 HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
@@ -249,8 +284,9 @@ HAK_INTERNAL void   hak_large_unlock_all(void);
 
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
-HAK_INTERNAL void hak_heap_collect_remote(hak_heap_t *h);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
+HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
+HAK_INTERNAL bool hak_heap_trim(void);
 
 #endif /* HAKMEM_INTERNAL_H */

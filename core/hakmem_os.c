@@ -31,6 +31,11 @@ void hak_lock(hak_lock_t *l) {
     }
 }
 
+bool hak_trylock(hak_lock_t *l) {
+    return !atomic_load_explicit(&l->held, memory_order_relaxed) &&
+           !atomic_exchange_explicit(&l->held, 1, memory_order_acquire);
+}
+
 void *hak_os_map(size_t len) {
     int saved = errno;
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

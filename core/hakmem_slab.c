@@ -1,7 +1,13 @@
 /* Slabs: a span of pages carved into blocks of one class, on its owner's
  * per-class queue while it has room.  Shared by every tier below 1 MiB:
- * Tiny pops slab free lists directly, the ring pools refill from them. */
+ * Tiny pops slab free lists directly, the ring pools refill from them.
+ *
+ * A slab is either queued (the owner allocates from it) or parked
+ * (HAK_SLAB_FULL in used: no block left, or its SuperSlab is DRAINING).  A
+ * parked slab carries HAK_REMOTE_NOTIFY in its remote word so the first
+ * remote free into it hands it back to the owner (heap->notify). */
 #include "hakmem_internal.h"
+#include "hakmem_options.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
@@ -37,26 +43,29 @@ static void queue_remove(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
     s->next = s->prev = NULL;
 }
 
+static inline bool slab_is_parked(const hak_slab_t *s) { return (s->used & HAK_SLAB_FULL) != 0; }
+static inline uint32_t slab_used(const hak_slab_t *s) { return s->used & ~HAK_SLAB_FULL; }
+static inline bool slab_has_room(const hak_slab_t *s) { return s->free != NULL || s->bump < s->end; }
+static inline bool slab_ss_hot(const hak_slab_t *s) { return hak_ss_state(hak_ss_of(s)) == HAK_SS_HOT; }
+
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
                                       cls < HAK_L2_FIRST);
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);
-    char *base = (char *)ss + ((size_t)idx << HAK_PAGE_SHIFT);
-    char *start = idx == 0 ? (char *)ss + HAK_SS_DATA0 : base;
-    char *limit = base + ((size_t)s->npages << HAK_PAGE_SHIFT);
+    size_t start = idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT;
+    size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
     uint32_t bs = hak_class_block_size[cls];
-    uint32_t cap = (uint32_t)((size_t)(limit - start) / bs);
     s->free = NULL;
     s->used = 0;
     s->tier = (uint8_t)hak_class_tier((int)cls);
+    s->notify_pending = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;
-    s->block_size = bs;
-    s->capacity = cap;
-    s->bump = start;
-    s->end = start + (size_t)cap * bs;
+    atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+    s->bump = (uint32_t)start;
+    s->end = (uint32_t)(start + (limit - start) / bs * bs);
     queue_push_head(h, cls, s);
     return s;
 }
@@ -65,27 +74,114 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
  * free list; blocks are touched only when first handed out. */
 static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (s->bump >= s->end) return false;
-    uint32_t bs = s->block_size;
+    uint32_t bs = hak_class_block_size[s->cls];
     size_t n = 4096 / bs;
     if (n < want) n = want;
-    size_t left = (size_t)(s->end - s->bump) / bs;
+    size_t left = (s->end - s->bump) / bs;
     if (n > left) n = left;
     if (n == 0) n = 1;
-    char *p = s->bump;
+    char *p = (char *)hak_ss_of(s) + s->bump;
     hak_block_t *first = (hak_block_t *)p;
     for (size_t i = 1; i < n; i++, p += bs) ((hak_block_t *)p)->next = (hak_block_t *)(p + bs);
     ((hak_block_t *)p)->next = s->free;
     s->free = first;
-    s->bump = p + bs;
+    s->bump += (uint32_t)(n * bs);
     return true;
+}
+
+/* Move the blocks other threads freed into the owner's free list, keeping
+ * the NOTIFY mark as it was.  Returns whether any came. */
+static bool slab_collect_remote(hak_slab_t *s) {
+    uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
+    do {
+        if ((old & ~HAK_REMOTE_NOTIFY) == 0) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old & HAK_REMOTE_NOTIFY,
+                                                    memory_order_acquire, memory_order_relaxed));
+    hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
+    uint32_t n = 1;
+    while (tail->next != NULL) {
+        tail = tail->next;
+        n++;
+    }
+    tail->next = s->free;
+    s->free = list;
+    s->used -= n;
+    return true;
+}
+
+static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
+    if (!slab_is_parked(s)) queue_remove(h, s->cls, s);
+    s->used = 0;
+    atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+    hak_ss_span_free(h, s);
+}
+
+/* An empty queued slab goes back to its SuperSlab unless it is the class's
+ * only one (a class that empties and refills should not thrash); an empty
+ * parked slab always does. */
+static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_used(s) != 0 || s->notify_pending) return false;
+    if (!slab_is_parked(s) && s->prev == NULL && s->next == NULL) return false;
+    slab_retire(h, s);
+    return true;
+}
+
+/* Take a slab off its queue.  Arms NOTIFY first: if a remote free slipped
+ * in, collect it and, unless `force`, keep the slab queued. */
+static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
+    for (;;) {
+        uintptr_t expected = 0;
+        if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
+                                                    memory_order_acq_rel, memory_order_relaxed))
+            break;
+        slab_collect_remote(s);
+        if (!force) return false;
+    }
+    queue_remove(h, s->cls, s);
+    s->used |= HAK_SLAB_FULL;
+    return true;
+}
+
+/* Back on the queue.  `notified`: the slab came through heap->notify, so
+ * NOTIFY is already clear and no other notification can be on its way. */
+static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
+    if (!notified) {
+        uintptr_t old = atomic_fetch_and_explicit(&s->remote, ~HAK_REMOTE_NOTIFY,
+                                                  memory_order_acq_rel);
+        if (!(old & HAK_REMOTE_NOTIFY)) s->notify_pending = 1;
+    }
+    s->used &= ~HAK_SLAB_FULL;
+    queue_push_tail(h, s->cls, s);
+}
+
+/* Re-arm NOTIFY on a slab that stays parked, collecting what slipped in. */
+static void slab_rearm(hak_slab_t *s) {
+    for (;;) {
+        uintptr_t expected = 0;
+        if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
+                                                    memory_order_acq_rel, memory_order_relaxed))
+            return;
+        slab_collect_remote(s);
+    }
+}
+
+/* Every HAKMEM_BATCH_TIER_SIZE refills of a class, look at the tier of its
+ * current slab's SuperSlab: a DRAINING one takes no new allocations, so its
+ * slab is parked and the next one serves.  A stale answer lasts at most that
+ * many refills and loses nothing: the tier is a hint. */
+static void tier_check(hak_heap_t *h, unsigned cls) {
+    h->tier_countdown[cls] = (uint16_t)hak_opt.batch_tier_size;
+    hak_slab_t *s = h->queue_head[cls];
+    if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
 /* Take up to n blocks of class cls for heap h; returns how many (0: out of
  * memory).  The slow path of every tier below 1 MiB. */
 unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
     unsigned got = 0;
-    if (atomic_load_explicit(&h->remote, memory_order_relaxed) != NULL)
-        hak_heap_collect_remote(h);
+    if (atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL)
+        hak_slab_collect_notified(h);
+    if (--h->tier_countdown[cls] == 0) tier_check(h, cls);
     while (got < n) {
         hak_slab_t *s = h->queue_head[cls];
         if (s == &hak_empty_slab) {
@@ -100,28 +196,46 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         }
         if (got == n) break;
         if (slab_carve(s, n - got)) continue;
-        /* Exhausted: off the queue until a block comes back. */
-        s->used |= HAK_SLAB_FULL;
-        queue_remove(h, cls, s);
+        if (slab_collect_remote(s)) continue;
+        slab_park(h, s, false);         /* exhausted: wait for a block back */
     }
+    if ((++h->slow_count & 255) == 0) hak_heap_housekeeping(h);
     return got;
 }
 
-/* After a local free made the slab empty, or freed into a full slab. */
+/* After a local free made the slab empty, or freed into a parked slab. */
 void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    unsigned cls = s->cls;
-    if (s->used & HAK_SLAB_FULL) {
-        s->used &= ~HAK_SLAB_FULL;
-        queue_push_tail(h, cls, s);
-    }
-    /* An empty slab goes back to its SuperSlab unless it is the class's
-     * only one (a class that empties and refills should not thrash). */
-    if (s->used == 0 && (s->prev != NULL || s->next != NULL)) {
-        queue_remove(h, cls, s);
-        hak_ss_span_free(h, s);
-    }
+    if (slab_is_parked(s) && slab_ss_hot(s)) slab_unpark(h, s, false);
+    slab_maybe_retire(h, s);
 }
 
 void hak_slab_free_local(hak_heap_t *h, void *p) {
     hak_tiny_free(h, hak_slab_of(p), p);
+}
+
+/* The owner's side of HAK_REMOTE_NOTIFY: slabs that other threads freed
+ * into while the owner was not looking. */
+void hak_slab_collect_notified(hak_heap_t *h) {
+    hak_slab_t *s = atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+    while (s != NULL) {
+        hak_slab_t *next = s->notify_next;
+        s->notify_pending = 0;
+        slab_collect_remote(s);
+        if (!slab_maybe_retire(h, s) && slab_is_parked(s)) {
+            if (slab_ss_hot(s) && slab_has_room(s)) slab_unpark(h, s, true);
+            else slab_rearm(s);
+        }
+        s = next;
+    }
+}
+
+/* Collect a slab's remote frees whatever its state (thread exit, trim, an
+ * abandoned heap), retiring it if that empties it. */
+void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_collect_remote(s)) slab_maybe_retire(h, s);
+}
+
+/* Its SuperSlab is HOT again: a parked slab with room goes back in service. */
+void hak_slab_revive(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_is_parked(s) && slab_has_room(s)) slab_unpark(h, s, false);
 }

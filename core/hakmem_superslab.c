@@ -1,20 +1,61 @@
 /* SuperSlab backend: 4 MiB chunks owned by one heap, split into spans of
  * 64 KiB pages for slabs.  Span allocation touches only the owner's own
  * SuperSlabs, so it needs no lock; only the cache of empty SuperSlabs shared
- * between threads is locked. */
+ * between threads is locked.
+ *
+ * Tiers and giving memory back:
+ *   HOT       takes new spans.
+ *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
+ *             SuperSlab: takes no new spans and its slabs no new allocations
+ *             (see tier_check in hakmem_slab.c), so it empties out.  Revived
+ *             to HOT when no HOT SuperSlab has room.
+ *   FREE      no span left: decommitted and cached (SS_CACHE_MAX), beyond
+ *             that unmapped.  A heap keeps its last SuperSlab, so a heap that
+ *             empties and refills does not map and unmap 4 MiB each time.
+ * Freed pages stay resident until PURGE_PAGES of them gather in a
+ * SuperSlab (a busy class reuses them warm), then go back in one madvise. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 
 #include <string.h>
 
-/* Empty SuperSlabs kept for reuse (their pages decommitted) before they go
- * back to the OS: a thread that frees its last slab and allocates again
- * should not pay two syscalls and fresh page faults each time. */
 #define SS_CACHE_MAX 4
+#define DRAIN_PAGES  8
+#define PURGE_PAGES  8
 
 static hak_lock_t ss_cache_lock;
 static hak_superslab_t *ss_cache;
 static unsigned ss_cache_count;
+
+/* Page 0 keeps the header's own OS pages. */
+static void decommit_pages(hak_superslab_t *ss, uint64_t pages) {
+    if (pages & 1) {
+        size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
+        hak_os_decommit((char *)ss + keep, HAK_PAGE_SIZE - keep);
+        pages &= ~(uint64_t)1;
+    }
+    while (pages != 0) {
+        unsigned first = (unsigned)__builtin_ctzll(pages);
+        unsigned len = 0;
+        while (first + len < HAK_SS_PAGES && (pages >> (first + len) & 1)) len++;
+        hak_os_decommit((char *)ss + ((size_t)first << HAK_PAGE_SHIFT), (size_t)len << HAK_PAGE_SHIFT);
+        pages &= ~((len >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << len) - 1)) << first);
+    }
+}
+
+static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
+    ss->prev = NULL;
+    ss->next = h->ss_list;
+    if (h->ss_list) h->ss_list->prev = ss;
+    h->ss_list = ss;
+    h->ss_count++;
+}
+
+static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
+    if (ss->prev) ss->prev->next = ss->next; else h->ss_list = ss->next;
+    if (ss->next) ss->next->prev = ss->prev;
+    h->ss_count--;
+}
 
 static hak_superslab_t *ss_new(hak_heap_t *h) {
     hak_superslab_t *ss = NULL;
@@ -34,22 +75,19 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     ss->magic = HAK_SS_MAGIC;
     ss->free_pages = ~(uint64_t)0;
     ss->owner = h;
-    ss->prev = NULL;
-    ss->next = h->ss_list;
-    if (h->ss_list) h->ss_list->prev = ss;
-    h->ss_list = ss;
-    h->ss_count++;
+    atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
+    ss_link(h, ss);
     return ss;
 }
 
+/* No span left: FREE. */
 static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
-    if (ss->prev) ss->prev->next = ss->next; else h->ss_list = ss->next;
-    if (ss->next) ss->next->prev = ss->prev;
-    h->ss_count--;
+    ss_unlink(h, ss);
     ss->owner = NULL;
+    atomic_store_explicit(&ss->state, HAK_SS_FREE, memory_order_relaxed);
     hak_lock(&ss_cache_lock);
     if (ss_cache_count < SS_CACHE_MAX) {
-        size_t keep = (HAK_SS_DATA0 + 4095) & ~(size_t)4095;
+        size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
         hak_os_decommit((char *)ss + keep, HAK_CHUNK_SIZE - keep);
         ss->next = ss_cache;
         ss_cache = ss;
@@ -73,13 +111,27 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
     return -1;
 }
 
+static void ss_revive(hak_heap_t *h, hak_superslab_t *ss) {
+    atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
+    for (unsigned i = 0; i < HAK_SS_PAGES; i++)
+        if (ss->page_head[i] == i && ss->slabs[i].tier != HAK_TIER_NONE)
+            hak_slab_revive(h, &ss->slabs[i]);
+}
+
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0) {
-    hak_superslab_t *ss;
-    int idx = -1;
+    hak_superslab_t *ss, *draining = NULL;
+    int idx = -1, draining_idx = -1;
     for (ss = h->ss_list; ss != NULL; ss = ss->next) {
         if (ss->free_pages == 0) continue;
-        idx = find_run(ss->free_pages, npages, align_pages, page0);
-        if (idx >= 0) break;
+        int i = find_run(ss->free_pages, npages, align_pages, page0);
+        if (i < 0) continue;
+        if (hak_ss_state(ss) == HAK_SS_HOT) { idx = i; break; }
+        if (draining == NULL) { draining = ss; draining_idx = i; }
+    }
+    if (ss == NULL && draining != NULL) {      /* no HOT room: revive before mapping */
+        ss = draining;
+        idx = draining_idx;
+        ss_revive(h, ss);
     }
     if (ss == NULL) {
         ss = ss_new(h);
@@ -89,6 +141,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
+    ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     hak_slab_t *s = &ss->slabs[idx];
     s->npages = (uint8_t)npages;
@@ -102,9 +155,34 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     s->tier = HAK_TIER_NONE;
     s->owner = NULL;
     ss->free_pages |= bits;
-    /* Keep the heap's last SuperSlab: a heap that empties and refills
-     * should not map and unmap 4 MiB each time. */
+    ss->dirty_pages |= bits;
+    if (ss->free_pages == ~(uint64_t)0 && h->ss_count > 1 && h->sweeping != ss) {
+        ss_release(h, ss);
+        return;
+    }
+    if (__builtin_popcountll(ss->dirty_pages) >= PURGE_PAGES) {
+        decommit_pages(ss, ss->dirty_pages);
+        ss->dirty_pages = 0;
+    }
+    if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
+        HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
+        atomic_store_explicit(&ss->state, HAK_SS_DRAINING, memory_order_relaxed);
+}
+
+void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
     if (ss->free_pages == ~(uint64_t)0 && h->ss_count > 1) ss_release(h, ss);
+}
+
+/* Give back now every free page of the heap's SuperSlabs (malloc_trim). */
+bool hak_ss_purge_heap(hak_heap_t *h) {
+    bool any = false;
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
+        if (ss->dirty_pages == 0) continue;
+        decommit_pages(ss, ss->dirty_pages);
+        ss->dirty_pages = 0;
+        any = true;
+    }
+    return any;
 }
 
 bool hak_ss_trim_cache(void) {

@@ -1,0 +1,88 @@
+/* The options table: every run-time setting, its default, its range and
+ * what it does, in one place.  Parsed once at start-up (getenv does not
+ * allocate); an invalid value and an unknown HAKMEM_* name each get one line
+ * on stderr, and the program goes on with the default. */
+#include "hakmem_internal.h"
+#include "hakmem_options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Defaults before start-up too: early allocations see the same values. */
+hak_options_t hak_opt = {
+    .verbose = 0,
+    .batch_tier_size = 64,
+};
+
+typedef struct {
+    const char *name;
+    int *value;
+    int def, min, max;
+    const char *help;
+} option_t;
+
+static const option_t options[] = {
+    { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
+      "1: print the effective settings on stderr at start-up" },
+    { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
+      "refills of a size class between checks of its SuperSlab's tier (1: every refill)" },
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+static void say(const char *line) {
+    ssize_t w = write(2, line, strlen(line));
+    (void)w;
+}
+
+static bool parse_int(const char *s, long *out) {
+    char *end;
+    if (*s == '\0') return false;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+extern char **environ;
+
+void hak_options_init(void) {
+    char line[256];
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const option_t *o = &options[i];
+        *o->value = o->def;
+        const char *s = getenv(o->name);
+        if (s == NULL) continue;
+        long v;
+        if (parse_int(s, &v) && v >= o->min && v <= o->max) {
+            *o->value = (int)v;
+        } else {
+            snprintf(line, sizeof line, "hakmem: %s=%s is not a number in %d..%d; using %d\n",
+                     o->name, s, o->min, o->max, o->def);
+            say(line);
+        }
+    }
+    /* A misspelt name is the commonest tuning mistake: name it. */
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, "HAKMEM_", 7) != 0) continue;
+        size_t len = strcspn(*e, "=");
+        bool known = false;
+        for (size_t i = 0; i < NOPTIONS && !known; i++)
+            known = strlen(options[i].name) == len && strncmp(options[i].name, *e, len) == 0;
+        if (!known) {
+            snprintf(line, sizeof line, "hakmem: unknown setting %.*s ignored\n", (int)len, *e);
+            say(line);
+        }
+    }
+    if (hak_opt.verbose) {
+        for (size_t i = 0; i < NOPTIONS; i++) {
+            snprintf(line, sizeof line, "hakmem: %s=%d  (%s)\n", options[i].name,
+                     *options[i].value, options[i].help);
+            say(line);
+        }
+        snprintf(line, sizeof line, "hakmem: built with POOL_L2_RING_CAP=%d POOL_L25_RING_CAP=%d\n",
+                 POOL_L2_RING_CAP, POOL_L25_RING_CAP);
+        say(line);
+    }
+}
