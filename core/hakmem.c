@@ -204,6 +204,16 @@ hak_tier_t hak_tier_of(const void *p) {
     return HAK_TIER_NONE;
 }
 
+void hak_get_info(hak_info_t *info) {
+    memset(info, 0, sizeof *info);
+    info->ss_hot = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed);
+    info->ss_draining = atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+    info->ss_free = atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed);
+    info->large_mapped = atomic_load_explicit(&hak_large_mapped, memory_order_relaxed);
+    info->large_cached = hak_large_cached_bytes();
+    hak_heap_counts(&info->heaps, &info->heaps_abandoned);
+}
+
 /* glibc's pad (memory to keep at the top of the heap) has no meaning here:
  * everything free goes back. */
 int hak_trim(size_t pad) {

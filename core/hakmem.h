@@ -60,6 +60,18 @@ HAK_API size_t     hak_class_size(int cls);
 HAK_API hak_tier_t hak_class_tier(int cls);
 HAK_API int        hak_class_count(void);
 
+/* A snapshot of the backend: SuperSlabs by tier (HOT takes allocations,
+ * DRAINING is emptying out, FREE is empty, decommitted and cached), bytes
+ * mapped for large blocks (and how many of them sit in the cache), and
+ * thread heaps (abandoned: their thread exited, waiting for a new one). */
+typedef struct {
+    size_t ss_hot, ss_draining, ss_free;
+    size_t large_mapped, large_cached;
+    size_t heaps, heaps_abandoned;
+} hak_info_t;
+
+HAK_API void hak_get_info(hak_info_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -169,6 +169,15 @@ bool hak_heap_trim(void) {
     return any;
 }
 
+void hak_heap_counts(size_t *heaps, size_t *abandoned) {
+    size_t n = 0;
+    hak_lock(&heap_lock);
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n++;
+    hak_unlock(&heap_lock);
+    *heaps = n;
+    *abandoned = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+}
+
 /* pthread key destructor: the thread is exiting.  Its rings go back to the
  * slabs, its free pages to the OS, and the heap waits for a new thread. */
 static void heap_thread_exit(void *arg) {

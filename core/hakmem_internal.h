@@ -246,6 +246,7 @@ HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL bool hak_ss_purge_heap(hak_heap_t *h);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
+HAK_INTERNAL extern _Atomic size_t hak_ss_count[3];
 HAK_INTERNAL void hak_ss_lock_all(void);
 HAK_INTERNAL void hak_ss_unlock_all(void);
 static inline unsigned hak_ss_state(const hak_superslab_t *ss) {
@@ -279,6 +280,8 @@ HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
+HAK_INTERNAL size_t hak_large_cached_bytes(void);
+HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
 HAK_INTERNAL void   hak_large_lock_all(void);
 HAK_INTERNAL void   hak_large_unlock_all(void);
 
@@ -288,5 +291,6 @@ HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_trim(void);
+HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 
 #endif /* HAKMEM_INTERNAL_H */

@@ -70,10 +70,16 @@ static bool cache_put(char *base, size_t len) {
     return ok;
 }
 
+/* Bytes mapped for large blocks, live or cached, for hak_get_info. */
+_Atomic size_t hak_large_mapped;
+
 static void release(char *base, size_t len) {
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
     hak_os_unmap(base, len);
+    atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
+
+size_t hak_large_cached_bytes(void) { return __atomic_load_n(&cache_bytes, __ATOMIC_RELAXED); }
 
 bool hak_large_trim_cache(void) {
     hak_lock(&cache_lock);
@@ -118,6 +124,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
             return NULL;
         }
         hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
+        atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
     }
     char *p = base + off;
     large_hdr_t *h = hdr_of(p);
@@ -171,11 +178,13 @@ void *hak_large_realloc(void *p, size_t size) {
             return p;
         }
         h->len = new_len;
+        atomic_fetch_sub_explicit(&hak_large_mapped, len - new_len, memory_order_relaxed);
         errno = saved;
         return p;
     }
     if (mremap(base, len, new_len, 0) != MAP_FAILED) {     /* grow in place */
         hak_chunk_map_set(base + len, new_len - len, HAK_CHUNK_LARGE);
+        atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
         h->len = new_len;
         errno = saved;
         return p;
@@ -193,6 +202,7 @@ void *hak_large_realloc(void *p, size_t size) {
     }
     hak_chunk_map_set(nb, new_len, HAK_CHUNK_LARGE);
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
+    atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
     char *np = nb + off;
     large_hdr_t *nh = hdr_of(np);
     nh->magic = LARGE_MAGIC ^ (uintptr_t)np;

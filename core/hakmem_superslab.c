@@ -23,6 +23,15 @@
 #define DRAIN_PAGES  8
 #define PURGE_PAGES  8
 
+/* SuperSlabs per tier, for hak_get_info (changed only on tier moves). */
+_Atomic size_t hak_ss_count[3];
+
+static void ss_set_state(hak_superslab_t *ss, unsigned from, unsigned to) {
+    atomic_store_explicit(&ss->state, (uint8_t)to, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&hak_ss_count[from], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_ss_count[to], 1, memory_order_relaxed);
+}
+
 static hak_lock_t ss_cache_lock;
 static hak_superslab_t *ss_cache;
 static unsigned ss_cache_count;
@@ -67,6 +76,7 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     }
     if (ss != NULL) {
         memset(ss, 0, sizeof *ss);
+        atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
         ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
         if (ss == NULL) return NULL;
@@ -76,6 +86,7 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     ss->free_pages = ~(uint64_t)0;
     ss->owner = h;
     atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_ss_count[HAK_SS_HOT], 1, memory_order_relaxed);
     ss_link(h, ss);
     return ss;
 }
@@ -84,7 +95,7 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
 static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     ss_unlink(h, ss);
     ss->owner = NULL;
-    atomic_store_explicit(&ss->state, HAK_SS_FREE, memory_order_relaxed);
+    ss_set_state(ss, hak_ss_state(ss), HAK_SS_FREE);
     hak_lock(&ss_cache_lock);
     if (ss_cache_count < SS_CACHE_MAX) {
         size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
@@ -96,6 +107,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
         return;
     }
     hak_unlock(&ss_cache_lock);
+    atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     hak_chunk_map_set(ss, HAK_CHUNK_SIZE, HAK_CHUNK_NONE);
     hak_os_unmap(ss, HAK_CHUNK_SIZE);
 }
@@ -112,7 +124,7 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
 }
 
 static void ss_revive(hak_heap_t *h, hak_superslab_t *ss) {
-    atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
+    ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
     for (unsigned i = 0; i < HAK_SS_PAGES; i++)
         if (ss->page_head[i] == i && ss->slabs[i].tier != HAK_TIER_NONE)
             hak_slab_revive(h, &ss->slabs[i]);
@@ -166,7 +178,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     }
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
-        atomic_store_explicit(&ss->state, HAK_SS_DRAINING, memory_order_relaxed);
+        ss_set_state(ss, HAK_SS_HOT, HAK_SS_DRAINING);
 }
 
 void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
@@ -194,6 +206,7 @@ bool hak_ss_trim_cache(void) {
     bool any = list != NULL;
     while (list) {
         hak_superslab_t *next = list->next;
+        atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
         hak_chunk_map_set(list, HAK_CHUNK_SIZE, HAK_CHUNK_NONE);
         hak_os_unmap(list, HAK_CHUNK_SIZE);
         list = next;
