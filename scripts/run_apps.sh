@@ -270,8 +270,9 @@ CEOF
 # ---------------------------------------------------------------------------
 app_python3() {
     PYTHONHASHSEED=0 python3 "$IN/work.py"
-    # Nondeterministic hashing must not change the results either.
-    PYTHONHASHSEED=random python3 "$IN/work.py" | sha256sum
+    # Again with every Python object in malloc (no pymalloc arenas) and random
+    # string hashing: the results must not change.
+    PYTHONMALLOC=malloc PYTHONHASHSEED=random python3 "$IN/work.py" | sha256sum
 }
 
 app_git() {
