@@ -1,15 +1,18 @@
 /* Multi-threaded stress of the malloc family with cross-thread frees.
  *
- * test_cross_thread_mix   8 threads allocate blocks of every tier, pattern
- *                         them from (address, size, thread), and pass most of
- *                         them to other threads through mutex-protected inboxes;
- *                         receivers verify, then free, realloc or forward them.
+ * test_cross_thread_mix   8 threads allocate blocks of every tier (malloc,
+ *                         calloc, aligned_alloc, posix_memalign, memalign),
+ *                         pattern them from (address, size, thread), and pass
+ *                         most of them to other threads through mutex-protected
+ *                         inboxes; receivers verify, then free, realloc or
+ *                         forward them.
  * test_producer_consumer  4 producers, 4 consumers: every free is remote, and
  *                         the RSS must stay bounded (remote frees get reused).
  * test_realloc_pingpong   pairs of threads take turns reallocating one block
  *                         across all tiers, each verifying the other's data.
  *
  * HAKMEM_STRESS_SEED=N changes the random seed. */
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -46,7 +49,7 @@ typedef struct {
     int      id;
     st_rng   rng;
     mix_item local[MIX_LOCAL_SLOTS];
-    long     allocs, callocs, reallocs, frees, remote_frees, sent, received;
+    long     allocs, callocs, aligned, reallocs, frees, remote_frees, sent, received;
 } mix_thread;
 
 static mix_inbox  mix_inboxes[MIX_THREADS];
@@ -189,22 +192,50 @@ static void *mix_worker(void *arg)
         if ((i & 3) == 0) mix_drain(t, 0);
 
         mix_item it = { .size = st_rand_size(&t->rng), .origin = t->id };
-        int use_calloc = st_chance(&t->rng, 10);
-        if (use_calloc) {
+        unsigned kind = (unsigned)(st_next(&t->rng) % 100);
+        size_t align = 0;
+        const char *fn = "malloc";
+        if (kind < 10) {
             size_t n = 1 + (size_t)(st_next(&t->rng) % 4);
             it.size = (it.size + n - 1) / n * n;
             it.p = calloc(n, it.size / n);
+            fn = "calloc";
             t->callocs++;
+        } else if (kind < 16) {
+            /* Aligned blocks of every tier, freed (often remotely) like any other. */
+            align = (size_t)32 << (st_next(&t->rng) % 12);          /* 32 B .. 64 KiB */
+            if (kind == 10) {
+                fn = "aligned_alloc";
+                it.size = (it.size + align - 1) / align * align;
+                it.p = aligned_alloc(align, it.size);
+            } else if (kind < 13) {
+                fn = "posix_memalign";
+                int rc = posix_memalign(&it.p, align, it.size);
+                if (rc != 0) it.p = NULL;
+            } else {
+                fn = "memalign";
+                it.p = memalign(align, it.size);
+            }
+            t->aligned++;
         } else {
             it.p = malloc(it.size);
         }
         t->allocs++;
         if (!it.p) {
-            stress_fail("%s(%zu) returned NULL", use_calloc ? "calloc" : "malloc", it.size);
+            stress_fail("%s(%zu) returned NULL", fn, it.size);
             continue;
         }
-        st_check_align(it.p, it.size, "alloc");
-        if (use_calloc) st_check_zero(it.p, it.size, "calloc");
+        st_check_align(it.p, it.size, fn);
+        if (align && ((uintptr_t)it.p & (align - 1)))
+            stress_fail("MISALIGNED: %s(%zu, %zu) returned %p", fn, align, it.size, it.p);
+        if (kind < 10) st_check_zero(it.p, it.size, "calloc");
+        /* The usable size is at least the request, and all of it is ours:
+         * now and then use every byte of it. */
+        size_t usable = malloc_usable_size(it.p);
+        if (usable < it.size)
+            stress_fail("malloc_usable_size(%p) = %zu < requested %zu (%s)", it.p, usable, it.size, fn);
+        else if (st_chance(&t->rng, 10))
+            it.size = usable;
         mix_stamp(t, &it);
 
         if (st_chance(&t->rng, 70)) mix_pass_on(t, &it);
@@ -242,18 +273,19 @@ static void test_cross_thread_mix(void **state)
     for (int i = 0; i < MIX_THREADS; i++)
         assert_int_equal(pthread_join(th[i], NULL), 0);
 
-    long allocs = 0, reallocs = 0, frees = 0, remote = 0, callocs = 0;
+    long allocs = 0, reallocs = 0, frees = 0, remote = 0, callocs = 0, aligned = 0;
     for (int i = 0; i < MIX_THREADS; i++) {
         allocs += mix_threads[i].allocs;
         callocs += mix_threads[i].callocs;
+        aligned += mix_threads[i].aligned;
         reallocs += mix_threads[i].reallocs;
         frees += mix_threads[i].frees;
         remote += mix_threads[i].remote_frees;
         assert_int_equal(mix_inboxes[i].count, 0);
         pthread_mutex_destroy(&mix_inboxes[i].mu);
     }
-    printf("  mix: %ld allocs (%ld calloc), %ld reallocs, %ld frees (%ld cross-thread) in %.2fs\n",
-           allocs, callocs, reallocs, frees, remote, st_now() - t0);
+    printf("  mix: %ld allocs (%ld calloc, %ld aligned), %ld reallocs, %ld frees (%ld cross-thread) in %.2fs\n",
+           allocs, callocs, aligned, reallocs, frees, remote, st_now() - t0);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
     assert_int_equal(frees, allocs);      /* every block was freed exactly once */
     assert_true(remote * 100 >= frees * 50); /* most frees were cross-thread */
