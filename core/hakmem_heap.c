@@ -27,7 +27,8 @@ hak_heap_t hak_empty_heap = {
 
 static hak_lock_t heap_lock;           /* heaps_all, heaps_abandoned */
 static hak_heap_t *heaps_all;
-static hak_heap_t *heaps_abandoned;
+static hak_heap_t *heaps_abandoned;    /* adopted from the head, swept */
+static hak_heap_t *heaps_abandoned_tail; /* round-robin via the tail    */
 static pthread_key_t heap_key;
 static bool heap_key_ready;
 
@@ -98,6 +99,7 @@ static hak_heap_t *heap_pop_abandoned_locked(void) {
     hak_heap_t *h = heaps_abandoned;
     if (h != NULL) {
         heaps_abandoned = h->next_free;
+        if (heaps_abandoned == NULL) heaps_abandoned_tail = NULL;
         h->next_free = NULL;
         atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
     }
@@ -110,10 +112,14 @@ static hak_heap_t *heap_take_locked(void) {
     return h != NULL ? h : heap_new();
 }
 
+/* Abandoned heaps queue in order, so housekeeping sweeps each in turn. */
 static void heap_abandon_locked(hak_heap_t *h) {
     h->state = HAK_HEAP_ABANDONED;
-    h->next_free = heaps_abandoned;
-    heaps_abandoned = h;
+    h->keep_spares = false;
+    h->next_free = NULL;
+    if (heaps_abandoned_tail) heaps_abandoned_tail->next_free = h;
+    else heaps_abandoned = h;
+    heaps_abandoned_tail = h;
     atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
@@ -123,7 +129,10 @@ hak_heap_t *hak_heap_for_thread(void) {
     if (hak_tls_heap != &hak_empty_heap) return hak_tls_heap;
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
-    if (h != NULL) h->state = HAK_HEAP_ACTIVE;
+    if (h != NULL) {
+        h->state = HAK_HEAP_ACTIVE;
+        h->keep_spares = true;
+    }
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
     hak_tls_heap = h;
@@ -157,7 +166,9 @@ bool hak_heap_trim(void) {
     hak_heap_t *h = hak_tls_heap;
     if (h != &hak_empty_heap) {
         heap_flush_rings(h);
+        h->keep_spares = false;
         heap_sweep(h);
+        h->keep_spares = true;
         any |= hak_ss_purge_heap(h);
     }
     hak_lock(&heap_lock);
@@ -183,6 +194,7 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
 static void heap_thread_exit(void *arg) {
     hak_heap_t *h = arg;
     if (h == NULL || h != hak_tls_heap) return;
+    h->keep_spares = false;
     heap_flush_rings(h);
     heap_sweep(h);
     hak_ss_purge_heap(h);
@@ -201,6 +213,7 @@ void *hak_alloc_without_heap(size_t size) {
     void *p = NULL;
     if (h != NULL) {
         hak_tls_heap = h;
+        h->keep_spares = true;
         p = hak_malloc(size);
         hak_tls_heap = &hak_empty_heap;
         heap_abandon_locked(h);

@@ -106,7 +106,7 @@
 
 /* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
  * (a 1 MiB class keeps 2 blocks, not 16). */
-#define HAK_L25_RING_BUDGET (2u << 20)
+#define HAK_L25_RING_BUDGET (512u << 10)
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
@@ -143,9 +143,11 @@ typedef struct hak_slab {
                                      | HAK_REMOTE_NOTIFY                      */
     struct hak_slab *next, *prev; /* class queue (slabs with room)           */
     struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
-    uint32_t         bump;        /* offset in the SuperSlab of the next
-                                     never-used block                         */
-    uint32_t         end;         /* offset of the end of the last block     */
+    uint16_t         carved;      /* blocks ever threaded onto the free list */
+    uint16_t         capacity;    /* blocks in the slab                      */
+    uint16_t         released;    /* 4 KiB pages given back while the slab
+                                     lives (their free blocks are detached)  */
+    uint16_t         purge_mark;  /* used at the last purge                  */
 } __attribute__((aligned(64))) hak_slab_t;
 
 _Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
@@ -199,8 +201,12 @@ typedef struct hak_heap {
                                                         tier check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
+    bool             keep_spares;  /* keep an empty slab per class and the
+                                      last SuperSlab: off while trimming and
+                                      for abandoned heaps                   */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
+    unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     int              state;
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
@@ -256,10 +262,17 @@ static inline unsigned hak_ss_state(const hak_superslab_t *ss) {
 /* slabs (hakmem_slab.c) */
 HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL void hak_slab_free_local(hak_heap_t *h, void *p);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL void hak_slab_purge(hak_slab_t *s);
+
+/* A slab that has lost half its blocks since its last purge is worth a
+ * look for whole 4 KiB pages with no live block (one-page L2 slabs: their
+ * blocks are big enough for pages to empty out). */
+static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
+    return s->tier == HAK_TIER_L2 && s->npages == 1 && used != 0 && used * 2u <= s->purge_mark;
+}
 
 /* Tiny (hakmem_tiny.c) */
 HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
@@ -270,6 +283,7 @@ HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned ke
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
+HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 

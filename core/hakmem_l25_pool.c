@@ -1,11 +1,21 @@
 /* L2.5 pool (52 KiB .. 1 MiB): the same rings as L2 (hakmem_pool.c), with
  * capacity POOL_L25_RING_CAP bounded by a per-class byte budget so a thread
- * does not sit on 16 MiB of 1 MiB blocks. */
+ * does not sit on 16 MiB of 1 MiB blocks (HAK_L25_RING_BUDGET; at least two
+ * blocks). */
 #include "hakmem_internal.h"
 #include "box/size_class_box.h"
 
 unsigned hak_l25_ring_cap(unsigned cls) {
     unsigned cap = HAK_L25_RING_BUDGET / hak_class_block_size[cls];
     if (cap > POOL_L25_RING_CAP) cap = POOL_L25_RING_CAP;
-    return cap < 1 ? 1 : cap;
+    return cap < 2 ? 2 : cap;   /* two, so a free/malloc pair alternates in the ring */
+}
+
+/* An L2.5 block going back to its slab's free list gives its pages to the
+ * OS, all but the first (which holds the free-list link): blocks this big
+ * are rarely reused warm once they have left the ring. */
+void hak_l25_block_decommit(void *p, unsigned cls) {
+    uintptr_t first = ((uintptr_t)p + 2 * 4096 - 1) & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + hak_class_block_size[cls]) & ~(uintptr_t)4095;
+    if (end > first) hak_os_decommit((void *)first, end - first);
 }

@@ -3,7 +3,9 @@
  * refilled from, and flushed to, the heap's slabs half a ring at a time. */
 #include "hakmem_internal.h"
 #include "box/pool_ring_box.h"
+#include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
+#include "box/tiny_box.h"
 
 #include <errno.h>
 #include <string.h>
@@ -27,7 +29,15 @@ void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
 /* Return the oldest blocks to their slabs, keeping the newest `keep`. */
 void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
-    for (unsigned i = 0; i < n; i++) hak_slab_free_local(h, r->slot[i]);
+    for (unsigned i = 0; i < n; i++) {
+        void *p = r->slot[i];
+        hak_slab_t *s = hak_slab_of(p);
+        if (s->tier == HAK_TIER_L25) hak_l25_block_decommit(p, s->cls);
+        /* decided before the free, which may retire the slab */
+        bool purge = hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
+        hak_tiny_free(h, s, p);
+        if (purge) hak_slab_purge(s);
+    }
     memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
     r->count -= n;
 }

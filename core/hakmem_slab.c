@@ -45,8 +45,16 @@ static void queue_remove(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
 
 static inline bool slab_is_parked(const hak_slab_t *s) { return (s->used & HAK_SLAB_FULL) != 0; }
 static inline uint32_t slab_used(const hak_slab_t *s) { return s->used & ~HAK_SLAB_FULL; }
-static inline bool slab_has_room(const hak_slab_t *s) { return s->free != NULL || s->bump < s->end; }
+static inline bool slab_has_room(const hak_slab_t *s) {
+    return s->free != NULL || s->carved < s->capacity || s->released != 0;
+}
 static inline bool slab_ss_hot(const hak_slab_t *s) { return hak_ss_state(hak_ss_of(s)) == HAK_SS_HOT; }
+
+/* Address of the slab's first block: page 0 starts after the header. */
+static inline char *slab_start(const hak_slab_t *s) {
+    unsigned idx = (unsigned)(((uintptr_t)s >> 6) & (HAK_SS_PAGES - 1));
+    return (char *)hak_ss_of(s) + (idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT);
+}
 
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
@@ -56,7 +64,6 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     unsigned idx = (unsigned)(s - ss->slabs);
     size_t start = idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT;
     size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
-    uint32_t bs = hak_class_block_size[cls];
     s->free = NULL;
     s->used = 0;
     s->tier = (uint8_t)hak_class_tier((int)cls);
@@ -64,8 +71,10 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->cls = (uint8_t)cls;
     s->owner = h;
     atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
-    s->bump = (uint32_t)start;
-    s->end = (uint32_t)(start + (limit - start) / bs * bs);
+    s->carved = 0;
+    s->capacity = (uint16_t)((limit - start) / hak_class_block_size[cls]);
+    s->released = 0;
+    s->purge_mark = s->capacity;
     queue_push_head(h, cls, s);
     return s;
 }
@@ -73,19 +82,96 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
 /* Thread up to `want` never-used blocks (at least a page's worth) onto the
  * free list; blocks are touched only when first handed out. */
 static bool slab_carve(hak_slab_t *s, unsigned want) {
-    if (s->bump >= s->end) return false;
+    if (s->carved >= s->capacity) return false;
     uint32_t bs = hak_class_block_size[s->cls];
     size_t n = 4096 / bs;
     if (n < want) n = want;
-    size_t left = (s->end - s->bump) / bs;
+    size_t left = (size_t)(s->capacity - s->carved);
     if (n > left) n = left;
     if (n == 0) n = 1;
-    char *p = (char *)hak_ss_of(s) + s->bump;
+    char *p = slab_start(s) + (size_t)s->carved * bs;
     hak_block_t *first = (hak_block_t *)p;
     for (size_t i = 1; i < n; i++, p += bs) ((hak_block_t *)p)->next = (hak_block_t *)(p + bs);
     ((hak_block_t *)p)->next = s->free;
     s->free = first;
-    s->bump += (uint32_t)(n * bs);
+    s->carved = (uint16_t)(s->carved + n);
+    return true;
+}
+
+/* ---- giving back pages of a live slab ---------------------------------------
+ * A one-page L2 slab holds at most 51 blocks.  A 4 KiB page all of whose
+ * blocks are free goes back to the OS; those blocks leave the free list
+ * (their links would be zeroed) and come back when the slab runs dry. */
+#define OS_PAGE 4096u
+#define SLAB_OS_PAGES (HAK_PAGE_SIZE / OS_PAGE)      /* 16 */
+
+/* Blocks [first, last] overlapping OS page k. */
+static inline void page_blocks(unsigned k, uint32_t bs, unsigned *first, unsigned *last) {
+    *first = k * OS_PAGE / bs;
+    *last = ((k + 1) * OS_PAGE - 1) / bs;
+}
+
+static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
+    uint64_t bits = 0;
+    for (unsigned k = 0; k < SLAB_OS_PAGES; k++) {
+        if (!(s->released >> k & 1)) continue;
+        unsigned first, last;
+        page_blocks(k, bs, &first, &last);
+        for (unsigned i = first; i <= last && i < s->capacity; i++) bits |= (uint64_t)1 << i;
+    }
+    return bits;
+}
+
+void hak_slab_purge(hak_slab_t *s) {
+    uint32_t bs = hak_class_block_size[s->cls];
+    char *start = slab_start(s);
+    s->purge_mark = (uint16_t)slab_used(s);
+    uint64_t free_bits = released_blocks(s, bs);
+    for (hak_block_t *b = s->free; b != NULL; b = b->next)
+        free_bits |= (uint64_t)1 << (((char *)b - start) / bs);
+    uint16_t release = 0;
+    for (unsigned k = 0; k < SLAB_OS_PAGES; k++) {
+        unsigned first, last;
+        page_blocks(k, bs, &first, &last);
+        if (last >= s->carved || (s->released >> k & 1)) continue;   /* never touched, or gone */
+        uint64_t mask = ((last - first + 1 >= 64) ? ~(uint64_t)0
+                         : (((uint64_t)1 << (last - first + 1)) - 1)) << first;
+        if ((free_bits & mask) == mask) release |= (uint16_t)(1u << k);
+    }
+    if (release == 0) return;
+    s->released |= release;
+    uint64_t detached = released_blocks(s, bs);
+    hak_block_t **link = &s->free;
+    while (*link != NULL) {
+        unsigned i = (unsigned)(((char *)*link - start) / bs);
+        if (detached >> i & 1) *link = (*link)->next;
+        else link = &(*link)->next;
+    }
+    for (unsigned k = 0; k < SLAB_OS_PAGES;) {
+        if (!(release >> k & 1)) { k++; continue; }
+        unsigned run = 0;
+        while (k + run < SLAB_OS_PAGES && (release >> (k + run) & 1)) run++;
+        hak_os_decommit(start + (size_t)k * OS_PAGE, (size_t)run * OS_PAGE);
+        k += run;
+    }
+}
+
+/* The slab ran dry: its detached blocks come back (their pages fault in
+ * again as they are used). */
+static bool slab_reattach(hak_slab_t *s) {
+    if (s->released == 0) return false;
+    uint32_t bs = hak_class_block_size[s->cls];
+    char *start = slab_start(s);
+    uint64_t detached = released_blocks(s, bs);
+    while (detached != 0) {
+        unsigned i = (unsigned)__builtin_ctzll(detached);
+        detached &= detached - 1;
+        hak_block_t *b = (hak_block_t *)(start + (size_t)i * bs);
+        b->next = s->free;
+        s->free = b;
+    }
+    s->released = 0;
+    s->purge_mark = s->capacity;
     return true;
 }
 
@@ -99,13 +185,17 @@ static bool slab_collect_remote(hak_slab_t *s) {
                                                     memory_order_acquire, memory_order_relaxed));
     hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
     uint32_t n = 1;
+    bool l25 = s->tier == HAK_TIER_L25;
+    if (l25) hak_l25_block_decommit(tail, s->cls);
     while (tail->next != NULL) {
         tail = tail->next;
+        if (l25) hak_l25_block_decommit(tail, s->cls);
         n++;
     }
     tail->next = s->free;
     s->free = list;
     s->used -= n;
+    if (hak_slab_purge_due(s, slab_used(s))) hak_slab_purge(s);
     return true;
 }
 
@@ -117,11 +207,11 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
 }
 
 /* An empty queued slab goes back to its SuperSlab unless it is the class's
- * only one (a class that empties and refills should not thrash); an empty
- * parked slab always does. */
+ * only one (a class that empties and refills should not thrash) and the heap
+ * keeps spares; an empty parked slab always does. */
 static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
     if (slab_used(s) != 0 || s->notify_pending) return false;
-    if (!slab_is_parked(s) && s->prev == NULL && s->next == NULL) return false;
+    if (!slab_is_parked(s) && s->prev == NULL && s->next == NULL && h->keep_spares) return false;
     slab_retire(h, s);
     return true;
 }
@@ -197,6 +287,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         if (got == n) break;
         if (slab_carve(s, n - got)) continue;
         if (slab_collect_remote(s)) continue;
+        if (slab_reattach(s)) continue;
         slab_park(h, s, false);         /* exhausted: wait for a block back */
     }
     if ((++h->slow_count & 255) == 0) hak_heap_housekeeping(h);
@@ -209,9 +300,6 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
     slab_maybe_retire(h, s);
 }
 
-void hak_slab_free_local(hak_heap_t *h, void *p) {
-    hak_tiny_free(h, hak_slab_of(p), p);
-}
 
 /* The owner's side of HAK_REMOTE_NOTIFY: slabs that other threads freed
  * into while the owner was not looking. */
@@ -230,9 +318,10 @@ void hak_slab_collect_notified(hak_heap_t *h) {
 }
 
 /* Collect a slab's remote frees whatever its state (thread exit, trim, an
- * abandoned heap), retiring it if that empties it. */
+ * abandoned heap) and retire it if it is empty. */
 void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_collect_remote(s)) slab_maybe_retire(h, s);
+    slab_collect_remote(s);
+    slab_maybe_retire(h, s);
 }
 
 /* Its SuperSlab is HOT again: a parked slab with room goes back in service. */

@@ -12,8 +12,8 @@
  *   FREE      no span left: decommitted and cached (SS_CACHE_MAX), beyond
  *             that unmapped.  A heap keeps its last SuperSlab, so a heap that
  *             empties and refills does not map and unmap 4 MiB each time.
- * Freed pages stay resident until PURGE_PAGES of them gather in a
- * SuperSlab (a busy class reuses them warm), then go back in one madvise. */
+ * Freed pages stay resident until HEAP_DIRTY_MAX of them gather in a heap
+ * (a busy class reuses them warm), then all go back to the OS at once. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 
@@ -21,7 +21,8 @@
 
 #define SS_CACHE_MAX 4
 #define DRAIN_PAGES  8
-#define PURGE_PAGES  8
+/* Free pages a heap keeps resident (4 MiB) before it decommits them all. */
+#define HEAP_DIRTY_MAX 64
 
 /* SuperSlabs per tier, for hak_get_info (changed only on tier moves). */
 _Atomic size_t hak_ss_count[3];
@@ -61,6 +62,7 @@ static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
 }
 
 static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
+    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages);
     if (ss->prev) ss->prev->next = ss->next; else h->ss_list = ss->next;
     if (ss->next) ss->next->prev = ss->prev;
     h->ss_count--;
@@ -153,6 +155,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
+    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages & want);
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     hak_slab_t *s = &ss->slabs[idx];
@@ -168,21 +171,21 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     s->owner = NULL;
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
-    if (ss->free_pages == ~(uint64_t)0 && h->ss_count > 1 && h->sweeping != ss) {
+    h->dirty_count += s->npages;
+    if (ss->free_pages == ~(uint64_t)0 && (h->ss_count > 1 || !h->keep_spares) &&
+        h->sweeping != ss) {
         ss_release(h, ss);
         return;
     }
-    if (__builtin_popcountll(ss->dirty_pages) >= PURGE_PAGES) {
-        decommit_pages(ss, ss->dirty_pages);
-        ss->dirty_pages = 0;
-    }
+    if (h->dirty_count > HEAP_DIRTY_MAX) hak_ss_purge_heap(h);
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
         ss_set_state(ss, HAK_SS_HOT, HAK_SS_DRAINING);
 }
 
 void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
-    if (ss->free_pages == ~(uint64_t)0 && h->ss_count > 1) ss_release(h, ss);
+    if (ss->free_pages == ~(uint64_t)0 && (h->ss_count > 1 || !h->keep_spares))
+        ss_release(h, ss);
 }
 
 /* Give back now every free page of the heap's SuperSlabs (malloc_trim). */
@@ -194,6 +197,7 @@ bool hak_ss_purge_heap(hak_heap_t *h) {
         ss->dirty_pages = 0;
         any = true;
     }
+    h->dirty_count = 0;
     return any;
 }
 
