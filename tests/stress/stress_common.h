@@ -264,4 +264,37 @@ static inline size_t st_rss_bytes(void)
     return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* ---- RSS guard ----------------------------------------------------------
+ * An allocator that never reuses freed memory would make these tests eat the
+ * machine's memory before they fail.  Loops call st_rss_guard() now and then;
+ * once the RSS passes the limit set by st_rss_guard_arm() it reports a failure
+ * and keeps returning 1, and the loops stop early. */
+static size_t     st_rss_limit;        /* 0: not armed */
+static atomic_int st_rss_tripped;
+static atomic_size_t st_rss_peak;
+
+static inline void st_rss_guard_arm(size_t slack_bytes)
+{
+    size_t now = st_rss_bytes();
+    st_rss_limit = now + slack_bytes;
+    atomic_store(&st_rss_tripped, 0);
+    atomic_store(&st_rss_peak, now);
+}
+
+static inline int st_rss_guard(void)
+{
+    if (atomic_load_explicit(&st_rss_tripped, memory_order_relaxed)) return 1;
+    if (!st_rss_limit) return 0;
+    size_t rss = st_rss_bytes();
+    size_t peak = atomic_load(&st_rss_peak);
+    while (rss > peak && !atomic_compare_exchange_weak(&st_rss_peak, &peak, rss)) { }
+    if (rss > st_rss_limit) {
+        if (!atomic_exchange(&st_rss_tripped, 1))
+            stress_fail("RSS %zu MiB is over the limit of %zu MiB: freed memory is not being reused; stopping early",
+                        rss >> 20, st_rss_limit >> 20);
+        return 1;
+    }
+    return 0;
+}
+
 #endif /* HAKMEM_STRESS_COMMON_H */

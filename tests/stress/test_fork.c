@@ -32,6 +32,8 @@
 #define INHERIT_BLOCKS    64
 #define CHILD_OPS         600
 #define CHILD_TIMEOUT_S   20
+/* The busy threads keep ~100 blocks live; stop early past this RSS growth. */
+#define FORK_RSS_SLACK    ((size_t)2 << 30)
 
 /* ---- self-describing blocks: a header {size, tag} then the pattern ----- */
 typedef struct { size_t size; uint64_t tag; } blk_hdr;
@@ -125,6 +127,7 @@ static void *busy_worker(void *arg)
     void *mine[WORKER_SLOTS] = { 0 };
     long ops = 0;
     while (!atomic_load_explicit(&workers_stop, memory_order_relaxed)) {
+        if (ops % 512 == 0 && st_rss_guard()) break;
         unsigned roll = (unsigned)(st_next(&a->rng) % 100);
         size_t s = st_next(&a->rng) % WORKER_SLOTS;
         if (roll < 45) {
@@ -222,6 +225,7 @@ static void start_workers(pthread_t *th, worker_arg *args, uint64_t seed, int fo
 {
     atomic_store(&workers_stop, 0);
     atomic_store(&worker_ops, 0);
+    st_rss_guard_arm(FORK_RSS_SLACK);
     atomic_store(&worker_fork_failures, 0);
     for (int i = 0; i < FORK_WORKERS; i++) {
         args[i].id = i;
@@ -255,9 +259,9 @@ static void test_fork_from_main(void **state)
     }
     start_workers(th, args, seed, -1);
 
-    int failures = 0;
+    int failures = 0, rounds = 0;
     double t0 = st_now();
-    for (int round = 0; round < FORK_ROUNDS; round++) {
+    for (int round = 0; round < FORK_ROUNDS && !st_rss_guard(); round++, rounds++) {
         /* Keep the main thread's heap moving between forks too. */
         int k = round % INHERIT_BLOCKS;
         blk_free(inherited[k], "parent-free");
@@ -265,7 +269,7 @@ static void test_fork_from_main(void **state)
         fork_and_check(st_next(&r), inherited, INHERIT_BLOCKS, &failures, round);
     }
     stop_workers(th);
-    printf("  %d forks in %.2fs while workers did %ld ops\n", FORK_ROUNDS, st_now() - t0,
+    printf("  %d forks in %.2fs while workers did %ld ops\n", rounds, st_now() - t0,
            (long)atomic_load(&worker_ops));
 
     /* The children's frees must not have touched the parent's copies. */
@@ -275,6 +279,7 @@ static void test_fork_from_main(void **state)
     }
     assert_int_equal(failures, 0);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_int_equal(rounds, FORK_ROUNDS);
 }
 
 static void test_fork_from_worker(void **state)
@@ -290,7 +295,7 @@ static void test_fork_from_worker(void **state)
     st_rng r;
     st_rng_seed(&r, seed);
     void *mine[16] = { 0 };
-    while (atomic_load(&args[1].forks) > 0 && st_now() - t0 < 60) {
+    while (atomic_load(&args[1].forks) > 0 && st_now() - t0 < 60 && !st_rss_tripped) {
         size_t s = st_next(&r) % 16;
         blk_free(mine[s], "main-free");
         mine[s] = blk_new(&r, st_rand_size_nolarge(&r), 4321, "main");

@@ -30,6 +30,10 @@
 #define MIX_OPS         30000   /* allocations per thread */
 #define MIX_LOCAL_SLOTS 64
 #define MIX_INBOX_CAP   512
+/* Live data stays in the hundreds of MiB (64 local slots + an inbox of 512
+ * blocks per thread, ~80 KiB a block on average); the run stops early past
+ * this much RSS growth. */
+#define MIX_RSS_SLACK   ((size_t)3 << 30)
 
 typedef struct {
     void    *p;
@@ -190,6 +194,7 @@ static void *mix_worker(void *arg)
     mix_thread *t = arg;
     for (long i = 0; i < MIX_OPS; i++) {
         if ((i & 3) == 0) mix_drain(t, 0);
+        if (i % 1024 == 0 && st_rss_guard()) break;
 
         mix_item it = { .size = st_rand_size(&t->rng), .origin = t->id };
         unsigned kind = (unsigned)(st_next(&t->rng) % 100);
@@ -267,6 +272,7 @@ static void test_cross_thread_mix(void **state)
         mix_threads[i].id = i;
         st_rng_seed(&mix_threads[i].rng, seed * 131 + (uint64_t)i);
     }
+    st_rss_guard_arm(MIX_RSS_SLACK);
     double t0 = st_now();
     for (int i = 0; i < MIX_THREADS; i++)
         assert_int_equal(pthread_create(&th[i], NULL, mix_worker, &mix_threads[i]), 0);
@@ -284,8 +290,8 @@ static void test_cross_thread_mix(void **state)
         assert_int_equal(mix_inboxes[i].count, 0);
         pthread_mutex_destroy(&mix_inboxes[i].mu);
     }
-    printf("  mix: %ld allocs (%ld calloc, %ld aligned), %ld reallocs, %ld frees (%ld cross-thread) in %.2fs\n",
-           allocs, callocs, aligned, reallocs, frees, remote, st_now() - t0);
+    printf("  mix: %ld allocs (%ld calloc, %ld aligned), %ld reallocs, %ld frees (%ld cross-thread) in %.2fs, peak RSS %zu MiB\n",
+           allocs, callocs, aligned, reallocs, frees, remote, st_now() - t0, atomic_load(&st_rss_peak) >> 20);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
     assert_int_equal(frees, allocs);      /* every block was freed exactly once */
     assert_true(remote * 100 >= frees * 50); /* most frees were cross-thread */
@@ -308,7 +314,9 @@ typedef struct {
 } pc_queue;
 
 static pc_queue pc_queues[PC_PAIRS];
-static atomic_long pc_consumed;
+static atomic_long pc_consumed, pc_produced;
+static atomic_int  pc_abort;      /* set when the RSS bound is exceeded */
+static size_t      pc_rss_limit;
 
 typedef struct { int id; st_rng rng; } pc_arg;
 
@@ -338,7 +346,7 @@ static int pc_pop(pc_queue *q, mix_item *it)
 static void *pc_producer(void *arg)
 {
     pc_arg *a = arg;
-    for (long i = 0; i < PC_BLOCKS; i++) {
+    for (long i = 0; i < PC_BLOCKS && !atomic_load_explicit(&pc_abort, memory_order_relaxed); i++) {
         mix_item it = { .size = st_rand_size_nolarge(&a->rng), .tag = (uint64_t)a->id, .origin = a->id };
         it.p = malloc(it.size);
         if (!it.p) { stress_fail("producer malloc(%zu) returned NULL", it.size); continue; }
@@ -347,6 +355,7 @@ static void *pc_producer(void *arg)
         st_fill(it.p, it.size, it.key);
         /* Spread over the consumers so each sees blocks of several producers. */
         pc_push(&pc_queues[(a->id + i) % PC_PAIRS], &it);
+        atomic_fetch_add(&pc_produced, 1);
     }
     for (int c = 0; c < PC_PAIRS; c++) {
         pthread_mutex_lock(&pc_queues[c].mu);
@@ -357,13 +366,23 @@ static void *pc_producer(void *arg)
     return NULL;
 }
 
+#define PC_RSS_SLACK ((size_t)512 * 1024 * 1024)
+
+static atomic_size_t pc_peak_rss;
+
 static void *pc_consumer(void *arg)
 {
     pc_arg *a = arg;
     mix_item it;
+    long n = 0;
     while (pc_pop(&pc_queues[a->id], &it)) {
         if (st_check(it.p, it.size, it.key, it.size, "consumer", it.tag)) free(it.p);
         atomic_fetch_add(&pc_consumed, 1);
+        if (a->id == 0 && ++n % 1000 == 0) {   /* sample the RSS while running */
+            size_t rss = st_rss_bytes();
+            if (rss > atomic_load(&pc_peak_rss)) atomic_store(&pc_peak_rss, rss);
+            if (rss > pc_rss_limit) atomic_store(&pc_abort, 1);   /* fail fast */
+        }
     }
     return NULL;
 }
@@ -376,6 +395,8 @@ static void test_producer_consumer(void **state)
     uint64_t seed = stress_seed();
     long errs0 = atomic_load(&stress_errors);
     atomic_store(&pc_consumed, 0);
+    atomic_store(&pc_produced, 0);
+    atomic_store(&pc_abort, 0);
     for (int i = 0; i < PC_PAIRS; i++) {
         pthread_mutex_init(&pc_queues[i].mu, NULL);
         pthread_cond_init(&pc_queues[i].not_empty, NULL);
@@ -384,6 +405,8 @@ static void test_producer_consumer(void **state)
         pc_queues[i].producers_left = PC_PAIRS;
     }
     size_t rss0 = st_rss_bytes();
+    atomic_store(&pc_peak_rss, rss0);
+    pc_rss_limit = rss0 + PC_RSS_SLACK;
     double t0 = st_now();
     for (int i = 0; i < PC_PAIRS; i++) {
         pa[i].id = i; st_rng_seed(&pa[i].rng, seed * 7 + 1000 + (uint64_t)i);
@@ -394,20 +417,24 @@ static void test_producer_consumer(void **state)
     for (int i = 0; i < PC_PAIRS; i++) assert_int_equal(pthread_join(prod[i], NULL), 0);
     for (int i = 0; i < PC_PAIRS; i++) assert_int_equal(pthread_join(cons[i], NULL), 0);
     size_t rss1 = st_rss_bytes();
-    printf("  producer/consumer: %ld blocks in %.2fs, RSS %zu -> %zu KiB\n",
-           (long)atomic_load(&pc_consumed), st_now() - t0, rss0 >> 10, rss1 >> 10);
+    size_t peak = atomic_load(&pc_peak_rss);
+    if (rss1 > peak) peak = rss1;
+    printf("  producer/consumer: %ld blocks in %.2fs, RSS %zu KiB before, %zu KiB peak, %zu KiB after\n",
+           (long)atomic_load(&pc_consumed), st_now() - t0, rss0 >> 10, peak >> 10, rss1 >> 10);
     for (int i = 0; i < PC_PAIRS; i++) {
         pthread_mutex_destroy(&pc_queues[i].mu);
         pthread_cond_destroy(&pc_queues[i].not_empty);
         pthread_cond_destroy(&pc_queues[i].not_full);
     }
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_false(atomic_load(&pc_abort));   /* stopped early: RSS over the bound */
+    assert_int_equal(atomic_load(&pc_produced), (long)PC_PAIRS * PC_BLOCKS);
     assert_int_equal(atomic_load(&pc_consumed), (long)PC_PAIRS * PC_BLOCKS);
     /* At most PC_PAIRS*PC_CAP (+ one per thread) blocks of <= 1 MiB are live at
-     * any time (~300 MiB worst case, ~20 MiB typical), while ~4 GiB pass
+     * any time (~270 MiB worst case, ~10 MiB typical), while ~8 GiB pass
      * through: if remotely freed memory were never reused the RSS would blow
      * far past this bound. */
-    assert_true(rss1 <= rss0 + (size_t)512 * 1024 * 1024);
+    assert_true(peak <= rss0 + PC_RSS_SLACK);
 }
 
 /* ======================================================================= */

@@ -27,6 +27,9 @@
 #define WAVE            16
 #define GLOBAL_SLOTS    1024
 #define BLOCKS_PER_THR  24
+/* Live data is at most the global array plus 16 threads' blocks; stop early
+ * past this RSS growth. */
+#define CHURN_RSS_SLACK ((size_t)3 << 30)
 
 /* ---- self-describing blocks: a header {size, tag} then the pattern ----- */
 typedef struct { size_t size; uint64_t tag; } blk_hdr;
@@ -186,7 +189,7 @@ static void churn_round(uint64_t seed)
     atomic_store(&reaper_stop, 0);
     assert_int_equal(pthread_create(&rt, NULL, reaper, (void *)(uintptr_t)(seed + 999)), 0);
     churn_arg args[WAVE];
-    for (int base = 0; base < ROUND_THREADS; base += WAVE) {
+    for (int base = 0; base < ROUND_THREADS && !st_rss_guard(); base += WAVE) {
         pthread_t th[WAVE];
         for (int i = 0; i < WAVE; i++) {
             args[i].seed = seed * 100003 + (uint64_t)(base + i);
@@ -219,6 +222,7 @@ static void test_thread_churn_rss(void **state)
     long errs0 = atomic_load(&stress_errors);
     atomic_store(&n_alloc, 0);
     atomic_store(&n_free, 0);
+    st_rss_guard_arm(CHURN_RSS_SLACK);
     double t0 = st_now();
     size_t rss0 = st_rss_bytes();
     churn_round(seed);   /* warm-up: caches, arenas and thread stacks fill up */
@@ -274,8 +278,9 @@ static void test_thread_churn_detached(void **state)
     pthread_t rt;
     atomic_store(&reaper_stop, 0);
     assert_int_equal(pthread_create(&rt, NULL, reaper, (void *)(uintptr_t)seed), 0);
+    st_rss_guard_arm(CHURN_RSS_SLACK);
     double t0 = st_now();
-    for (int i = 0; i < DETACHED_THREADS; i++) {
+    for (int i = 0; i < DETACHED_THREADS && !(i % WAVE == 0 && st_rss_guard()); i++) {
         pthread_mutex_lock(&live_mu);
         while (live_threads >= DETACHED_LIVE) pthread_cond_wait(&live_cv, &live_mu);
         live_threads++;

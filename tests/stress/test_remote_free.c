@@ -1,0 +1,300 @@
+/* Remote frees under contention.
+ *
+ * test_remote_free_contention
+ *     4 producer threads allocate blocks over Tiny, L2 and L2.5, pattern them
+ *     and push them, in batches of 32, onto one shared queue; 4 consumer
+ *     threads take them off in batches of 8 (so the blocks of one producer
+ *     batch, often neighbours in one slab, are freed by several consumers at
+ *     once), check the pattern and free them.  The producers keep allocating
+ *     and freeing a local working set meanwhile, so each owner collects remote
+ *     frees from slabs that other threads are still pushing onto.  Every block
+ *     must arrive intact and every block must be freed exactly once.
+ *
+ * test_remote_free_reuse
+ *     The main thread allocates a batch (~30 MiB, the same sizes every round),
+ *     then blocks while 3 freer threads free all of it (interleaved, so they
+ *     free into the same slabs concurrently), then allocates the next batch.
+ *     Over 20 rounds the owner must reuse what was freed remotely: the number
+ *     of SuperSlabs in use (hak_get_info: HOT + DRAINING) must not grow, nor
+ *     must the resident size.
+ *
+ * Worker threads never call cmocka assertions; they count problems in
+ * stress_errors (stress_common.h), which the test checks at the end. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "hakmem.h"
+#include "stress_common.h"
+
+/* Tiny 60%, L2 35%, L2.5 5% (by count). */
+static size_t mixed_size(st_rng *r)
+{
+    unsigned roll = (unsigned)(st_next(r) % 100);
+    if (roll < 60) return st_range(r, 1, ST_TINY_MAX);
+    if (roll < 85) return st_range(r, ST_TINY_MAX + 1, 8192);
+    if (roll < 95) return st_range(r, 8193, ST_L2_MAX);
+    if (roll < 99) return st_range(r, ST_L2_MAX + 1, 256 * 1024);
+    return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
+}
+
+typedef struct {
+    void    *p;
+    size_t   size;
+    uint64_t tag;
+} item_t;
+
+static void *item_new(item_t *it, size_t size, uint64_t tag, const char *what)
+{
+    it->p = malloc(size);
+    it->size = size;
+    it->tag = tag;
+    if (it->p == NULL) {
+        stress_fail("%s: malloc(%zu) returned NULL", what, size);
+        return NULL;
+    }
+    st_check_align(it->p, size, what);
+    st_fill(it->p, size, st_key(it->p, size, tag));
+    return it->p;
+}
+
+/* Check and free; a corrupted block is leaked (it may be in use elsewhere). */
+static void item_free(item_t *it, const char *what)
+{
+    if (it->p == NULL) return;
+    if (st_check(it->p, it->size, st_key(it->p, it->size, it->tag), (size_t)-1, what, it->tag))
+        free(it->p);
+    it->p = NULL;
+}
+
+static void print_info(const char *when)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    print_message("%s: SuperSlabs hot %zu draining %zu free %zu; heaps %zu (%zu abandoned); RSS %zu KiB\n",
+                  when, in.ss_hot, in.ss_draining, in.ss_free, in.heaps, in.heaps_abandoned,
+                  st_rss_bytes() >> 10);
+}
+
+static void info_ss(size_t *in_use, size_t *draining)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    *in_use = in.ss_hot + in.ss_draining;
+    if (draining) *draining = in.ss_draining;
+}
+
+/* ==== contention: producers -> shared queue -> consumers ================= */
+#define NPROD          4
+#define NCONS          4
+#define PROD_ITEMS     25000
+#define PUSH_BATCH     32
+#define POP_BATCH      8
+#define LOCAL_WINDOW   64
+#define QCAP           2048
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  not_empty, not_full;
+    item_t          buf[QCAP];
+    size_t          head, count;
+    int             closed;
+} q = { .mu = PTHREAD_MUTEX_INITIALIZER, .not_empty = PTHREAD_COND_INITIALIZER,
+        .not_full = PTHREAD_COND_INITIALIZER };
+
+static atomic_long n_produced, n_consumed;
+
+static void q_push(const item_t *items, size_t n)
+{
+    pthread_mutex_lock(&q.mu);
+    while (q.count + n > QCAP) pthread_cond_wait(&q.not_full, &q.mu);
+    for (size_t i = 0; i < n; i++) q.buf[(q.head + q.count + i) % QCAP] = items[i];
+    q.count += n;
+    pthread_cond_broadcast(&q.not_empty);
+    pthread_mutex_unlock(&q.mu);
+}
+
+/* Up to max items; 0 once the queue is closed and empty. */
+static size_t q_pop(item_t *out, size_t max)
+{
+    pthread_mutex_lock(&q.mu);
+    while (q.count == 0 && !q.closed) pthread_cond_wait(&q.not_empty, &q.mu);
+    size_t n = q.count < max ? q.count : max;
+    for (size_t i = 0; i < n; i++) out[i] = q.buf[(q.head + i) % QCAP];
+    q.head = (q.head + n) % QCAP;
+    q.count -= n;
+    if (n) pthread_cond_broadcast(&q.not_full);
+    pthread_mutex_unlock(&q.mu);
+    return n;
+}
+
+static void q_close(void)
+{
+    pthread_mutex_lock(&q.mu);
+    q.closed = 1;
+    pthread_cond_broadcast(&q.not_empty);
+    pthread_mutex_unlock(&q.mu);
+}
+
+static void *producer(void *arg)
+{
+    uint64_t id = (uint64_t)(uintptr_t)arg;
+    st_rng r;
+    st_rng_seed(&r, stress_seed() * 31 + id);
+    item_t local[LOCAL_WINDOW];
+    memset(local, 0, sizeof local);
+    item_t batch[PUSH_BATCH];
+    size_t nb = 0;
+    for (uint64_t seq = 0; seq < PROD_ITEMS; seq++) {
+        uint64_t tag = (id << 40) | seq;
+        if (item_new(&batch[nb], mixed_size(&r), tag, "producer"))
+            nb++;
+        if (nb == PUSH_BATCH) {
+            q_push(batch, nb);
+            atomic_fetch_add(&n_produced, (long)nb);
+            nb = 0;
+        }
+        /* The owner's own traffic, into the same slabs remote frees land in. */
+        if (st_chance(&r, 50)) {
+            item_t *l = &local[st_next(&r) % LOCAL_WINDOW];
+            item_free(l, "producer-local");
+            item_new(l, mixed_size(&r), tag | (1ull << 39), "producer-local");
+        }
+    }
+    if (nb) {
+        q_push(batch, nb);
+        atomic_fetch_add(&n_produced, (long)nb);
+    }
+    for (size_t i = 0; i < LOCAL_WINDOW; i++) item_free(&local[i], "producer-local-end");
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    st_rng r;
+    st_rng_seed(&r, stress_seed() * 37 + (uint64_t)(uintptr_t)arg);
+    item_t got[POP_BATCH];
+    size_t n;
+    while ((n = q_pop(got, POP_BATCH)) != 0) {
+        for (size_t i = 0; i < n; i++) item_free(&got[i], "consumer");
+        atomic_fetch_add(&n_consumed, (long)n);
+        /* A consumer allocates a little too (its own heap, its own slabs). */
+        if (st_chance(&r, 10)) {
+            item_t mine;
+            if (item_new(&mine, st_range(&r, 1, 4096), 0xC0, "consumer-own"))
+                item_free(&mine, "consumer-own");
+        }
+    }
+    return NULL;
+}
+
+static void test_remote_free_contention(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    atomic_store(&n_produced, 0);
+    atomic_store(&n_consumed, 0);
+    q.head = q.count = 0;
+    q.closed = 0;
+
+    pthread_t pt[NPROD], ct[NCONS];
+    for (uintptr_t i = 0; i < NCONS; i++)
+        assert_int_equal(pthread_create(&ct[i], NULL, consumer, (void *)i), 0);
+    for (uintptr_t i = 0; i < NPROD; i++)
+        assert_int_equal(pthread_create(&pt[i], NULL, producer, (void *)(i + 1)), 0);
+    for (int i = 0; i < NPROD; i++) assert_int_equal(pthread_join(pt[i], NULL), 0);
+    q_close();
+    for (int i = 0; i < NCONS; i++) assert_int_equal(pthread_join(ct[i], NULL), 0);
+
+    print_info("after contention");
+    long prod = atomic_load(&n_produced), cons = atomic_load(&n_consumed);
+    print_message("contention: %ld blocks produced, %ld consumed\n", prod, cons);
+    assert_int_equal(prod, (long)NPROD * PROD_ITEMS);
+    assert_int_equal(cons, prod);
+    assert_int_equal(q.count, 0);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+}
+
+/* ==== reuse: the owner blocks while others free its whole batch ========= */
+#define REUSE_ROUNDS  20
+#define REUSE_BLOCKS  2000
+#define NFREERS       3
+
+static item_t reuse_items[REUSE_BLOCKS];
+static pthread_barrier_t reuse_start, reuse_done;
+static atomic_int reuse_stop;
+
+static void *freer(void *arg)
+{
+    size_t k = (size_t)(uintptr_t)arg;
+    for (;;) {
+        pthread_barrier_wait(&reuse_start);
+        if (atomic_load(&reuse_stop)) break;
+        /* Interleaved: neighbouring blocks go to different freers. */
+        for (size_t i = k; i < REUSE_BLOCKS; i += NFREERS) item_free(&reuse_items[i], "freer");
+        pthread_barrier_wait(&reuse_done);
+    }
+    return NULL;
+}
+
+static void test_remote_free_reuse(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    assert_int_equal(pthread_barrier_init(&reuse_start, NULL, NFREERS + 1), 0);
+    assert_int_equal(pthread_barrier_init(&reuse_done, NULL, NFREERS + 1), 0);
+    atomic_store(&reuse_stop, 0);
+    pthread_t ft[NFREERS];
+    for (uintptr_t i = 0; i < NFREERS; i++)
+        assert_int_equal(pthread_create(&ft[i], NULL, freer, (void *)i), 0);
+
+    size_t ss[REUSE_ROUNDS], rss[REUSE_ROUNDS], bytes = 0;
+    print_info("reuse start");
+    for (int round = 0; round < REUSE_ROUNDS; round++) {
+        st_rng r;
+        st_rng_seed(&r, stress_seed() + 77);   /* the same batch every round */
+        bytes = 0;
+        for (size_t i = 0; i < REUSE_BLOCKS; i++) {
+            size_t n = mixed_size(&r);
+            item_new(&reuse_items[i], n, ((uint64_t)round << 32) | i, "owner");
+            bytes += n;
+        }
+        info_ss(&ss[round], NULL);
+        rss[round] = st_rss_bytes();
+        pthread_barrier_wait(&reuse_start);    /* the freers free it all ... */
+        pthread_barrier_wait(&reuse_done);     /* ... while we wait */
+    }
+    atomic_store(&reuse_stop, 1);
+    pthread_barrier_wait(&reuse_start);
+    for (int i = 0; i < NFREERS; i++) assert_int_equal(pthread_join(ft[i], NULL), 0);
+    pthread_barrier_destroy(&reuse_start);
+    pthread_barrier_destroy(&reuse_done);
+
+    size_t ss_max = 0;
+    for (int i = 0; i < REUSE_ROUNDS; i++) if (ss[i] > ss_max) ss_max = ss[i];
+    print_message("reuse: batch %zu KiB; SuperSlabs in use round 1 %zu, 2 %zu, 20 %zu, max %zu; "
+                  "RSS round 2 %zu KiB, round 20 %zu KiB\n",
+                  bytes >> 10, ss[0], ss[1], ss[REUSE_ROUNDS - 1], ss_max,
+                  rss[1] >> 10, rss[REUSE_ROUNDS - 1] >> 10);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    /* One batch needs ss[0]; memory freed remotely must be reused, so later
+     * rounds need at most a couple more (layout noise), not one batch more
+     * per round. */
+    for (int i = 1; i < REUSE_ROUNDS; i++) {
+        if (ss[i] > ss[0] + 2)
+            fail_msg("round %d: %zu SuperSlabs in use, round 1 needed %zu", i + 1, ss[i], ss[0]);
+    }
+    assert_true(rss[REUSE_ROUNDS - 1] <= rss[1] + ((size_t)16 << 20));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_remote_free_contention),
+        cmocka_unit_test(test_remote_free_reuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,405 @@
+/* Threads that exit with blocks still out.
+ *
+ * test_exit_blocks_freed_later
+ *     Waves of 8 threads allocate blocks over Tiny/L2/L2.5, free some and
+ *     leave the rest in a table, and exit.  The next wave starts at once (and
+ *     adopts the abandoned heaps) while the main thread and a long-lived freer
+ *     thread check and free the previous wave's blocks: remote frees into
+ *     heaps that are being adopted.  Contents must stay intact and the number
+ *     of heaps must stay at one wave's worth.
+ *
+ * test_exit_sequential_heaps
+ *     2000 short threads one after the other, each leaving blocks that the
+ *     main thread frees later: each adopts the heap its predecessor left, so
+ *     no more than a handful of heaps ever exist.  Then 250 waves of 8
+ *     concurrent threads: at most 8 more.
+ *
+ * test_exit_memory_swept_by_running_thread
+ *     4 threads allocate 32 MiB each, hand every block to the main thread and
+ *     exit; the main thread frees them all (remote frees into abandoned
+ *     heaps).  No new thread starts, so nobody adopts those heaps; the main
+ *     thread then just keeps allocating and freeing (its slow paths sweep
+ *     abandoned heaps now and then).  The memory of the exited threads must
+ *     go back to the OS: the resident size falls back near where it started
+ *     and the SuperSlabs of the abandoned heaps are released.
+ *
+ * test_exit_memory_trimmed
+ *     The same, but hak_trim(0) gives it back at once.
+ *
+ * Worker threads never call cmocka assertions; they count problems in
+ * stress_errors (stress_common.h), which the tests check. */
+#include <pthread.h>
+#include <semaphore.h>
+#include <sys/mman.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "hakmem.h"
+#include "stress_common.h"
+
+#define MiB ((size_t)1 << 20)
+
+typedef struct {
+    void    *p;
+    size_t   size;
+    uint64_t tag;
+} item_t;
+
+/* Tiny 60%, L2 35%, L2.5 5% (by count). */
+static size_t mixed_size(st_rng *r)
+{
+    unsigned roll = (unsigned)(st_next(r) % 100);
+    if (roll < 60) return st_range(r, 1, ST_TINY_MAX);
+    if (roll < 85) return st_range(r, ST_TINY_MAX + 1, 8192);
+    if (roll < 95) return st_range(r, 8193, ST_L2_MAX);
+    if (roll < 99) return st_range(r, ST_L2_MAX + 1, 256 * 1024);
+    return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
+}
+
+static void *item_new(item_t *it, size_t size, uint64_t tag, const char *what)
+{
+    it->p = malloc(size);
+    it->size = size;
+    it->tag = tag;
+    if (it->p == NULL) {
+        stress_fail("%s: malloc(%zu) returned NULL", what, size);
+        return NULL;
+    }
+    st_check_align(it->p, size, what);
+    st_fill(it->p, size, st_key(it->p, size, tag));
+    return it->p;
+}
+
+static void item_free(item_t *it, const char *what)
+{
+    if (it->p == NULL) return;
+    if (st_check(it->p, it->size, st_key(it->p, it->size, it->tag), (size_t)-1, what, it->tag))
+        free(it->p);
+    it->p = NULL;
+}
+
+static hak_info_t info_now(void)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    return in;
+}
+
+static void print_info(const char *when)
+{
+    hak_info_t in = info_now();
+    print_message("%-28s SuperSlabs hot %3zu draining %3zu free %zu; heaps %zu (%zu abandoned); RSS %6zu KiB\n",
+                  when, in.ss_hot, in.ss_draining, in.ss_free, in.heaps, in.heaps_abandoned,
+                  st_rss_bytes() >> 10);
+}
+
+/* ==== waves that leave blocks behind ===================================== */
+#define WAVES        40
+#define WAVE_THREADS 8
+#define WAVE_BLOCKS  400
+
+static item_t wave_tab[2][WAVE_THREADS][WAVE_BLOCKS];
+
+typedef struct { int wave, idx; } wave_arg;
+
+static void *wave_thread(void *arg)
+{
+    wave_arg *a = arg;
+    st_rng r;
+    st_rng_seed(&r, stress_seed() * 1000003 + (uint64_t)a->wave * 64 + (uint64_t)a->idx);
+    item_t *tab = wave_tab[a->wave & 1][a->idx];
+    for (int i = 0; i < WAVE_BLOCKS; i++) {
+        uint64_t tag = ((uint64_t)a->wave << 32) | ((uint64_t)a->idx << 16) | (uint64_t)i;
+        item_new(&tab[i], mixed_size(&r), tag, "wave");
+        /* Free about a third of them right away, most of them some time later. */
+        if (i > 8 && st_chance(&r, 33)) item_free(&tab[st_next(&r) % (uint64_t)i], "wave-own");
+    }
+    return NULL;   /* leaving the rest behind */
+}
+
+static struct {
+    sem_t go, done;
+    int   which;      /* table to free */
+    int   stop;
+} freer_ctl;
+
+static void *wave_freer(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        sem_wait(&freer_ctl.go);
+        if (freer_ctl.stop) break;
+        /* Half of every thread's blocks: the odd ones. */
+        for (int t = 0; t < WAVE_THREADS; t++)
+            for (int i = 1; i < WAVE_BLOCKS; i += 2) item_free(&wave_tab[freer_ctl.which][t][i], "freer");
+        sem_post(&freer_ctl.done);
+    }
+    return NULL;
+}
+
+static void test_exit_blocks_freed_later(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    assert_int_equal(sem_init(&freer_ctl.go, 0, 0), 0);
+    assert_int_equal(sem_init(&freer_ctl.done, 0, 0), 0);
+    freer_ctl.stop = 0;
+    pthread_t ft;
+    assert_int_equal(pthread_create(&ft, NULL, wave_freer, NULL), 0);
+    void *warm = malloc(64);   /* the main thread has a heap */
+    free(warm);
+    size_t heaps0 = info_now().heaps, heaps_max = 0;
+
+    wave_arg args[2][WAVE_THREADS];
+    pthread_t th[WAVE_THREADS];
+    for (int w = 0; w <= WAVES; w++) {
+        /* Wave w starts (unless this is the last pass) ... */
+        if (w < WAVES) {
+            for (int i = 0; i < WAVE_THREADS; i++) {
+                args[w & 1][i] = (wave_arg){ w, i };
+                assert_int_equal(pthread_create(&th[i], NULL, wave_thread, &args[w & 1][i]), 0);
+            }
+        }
+        /* ... while the blocks of wave w-1, whose threads are gone, are freed. */
+        if (w > 0) {
+            freer_ctl.which = (w - 1) & 1;
+            sem_post(&freer_ctl.go);
+            for (int t = 0; t < WAVE_THREADS; t++)
+                for (int i = 0; i < WAVE_BLOCKS; i += 2) item_free(&wave_tab[(w - 1) & 1][t][i], "main");
+            sem_wait(&freer_ctl.done);
+        }
+        if (w < WAVES)
+            for (int i = 0; i < WAVE_THREADS; i++) assert_int_equal(pthread_join(th[i], NULL), 0);
+        size_t h = info_now().heaps;
+        if (h > heaps_max) heaps_max = h;
+    }
+    freer_ctl.stop = 1;
+    sem_post(&freer_ctl.go);
+    assert_int_equal(pthread_join(ft, NULL), 0);
+    sem_destroy(&freer_ctl.go);
+    sem_destroy(&freer_ctl.done);
+
+    print_info("waves done:");
+    print_message("heaps: %zu before, at most %zu during %d waves of %d threads\n", heaps0, heaps_max,
+                  WAVES, WAVE_THREADS);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    /* One wave of threads plus slack: the waves before were all adopted. */
+    assert_true(heaps_max <= heaps0 + WAVE_THREADS + 2);
+}
+
+/* ==== thousands of threads, one after the other ========================= */
+#define SEQ_THREADS   2000
+#define SEQ_BLOCKS    12
+#define SEQ_LAG       4       /* main frees a thread's blocks 4 threads later */
+
+static item_t seq_tab[SEQ_LAG][SEQ_BLOCKS];
+static item_t seq_wave_tab[8][SEQ_BLOCKS];   /* thread n >= SEQ_THREADS: row n % 8 */
+
+static void *seq_thread(void *arg)
+{
+    uint64_t n = (uint64_t)(uintptr_t)arg;
+    st_rng r;
+    st_rng_seed(&r, stress_seed() * 7919 + n);
+    item_t *tab = n < SEQ_THREADS ? seq_tab[n % SEQ_LAG] : seq_wave_tab[n % 8];
+    item_t scratch[SEQ_BLOCKS];
+    for (int i = 0; i < SEQ_BLOCKS; i++) {
+        item_new(&scratch[i], mixed_size(&r), n << 8 | (uint64_t)i, "seq-own");
+        item_new(&tab[i], mixed_size(&r), n << 8 | 0x80 | (uint64_t)i, "seq");
+    }
+    for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&scratch[i], "seq-own");
+    return NULL;
+}
+
+static void test_exit_sequential_heaps(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    void *warm = malloc(64);
+    free(warm);
+    size_t heaps0 = info_now().heaps, heaps_max = 0;
+    memset(seq_tab, 0, sizeof seq_tab);
+    for (uintptr_t n = 0; n < SEQ_THREADS; n++) {
+        /* The slot this thread will use holds the blocks of thread n - LAG. */
+        for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&seq_tab[n % SEQ_LAG][i], "seq-main");
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, seq_thread, (void *)n), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        size_t h = info_now().heaps;
+        if (h > heaps_max) heaps_max = h;
+    }
+    for (int s = 0; s < SEQ_LAG; s++)
+        for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&seq_tab[s][i], "seq-main-end");
+    print_message("heaps: %zu before, at most %zu during %d sequential threads\n", heaps0, heaps_max,
+                  SEQ_THREADS);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_true(heaps_max <= heaps0 + 2);
+
+    /* Concurrent waves: at most one wave's worth more. */
+    size_t heaps1 = info_now().heaps;
+    heaps_max = 0;
+    for (int w = 0; w < 250; w++) {
+        pthread_t t[8];
+        for (uintptr_t i = 0; i < 8; i++)
+            assert_int_equal(pthread_create(&t[i], NULL, seq_thread, (void *)(SEQ_THREADS + (uintptr_t)w * 8 + i)), 0);
+        for (int i = 0; i < 8; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&seq_wave_tab[s][i], "seq-main-wave");
+        size_t h = info_now().heaps;
+        if (h > heaps_max) heaps_max = h;
+    }
+    print_message("heaps: %zu before, at most %zu during 250 waves of 8 threads\n", heaps1, heaps_max);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_true(heaps_max <= (heaps1 > heaps0 + 8 ? heaps1 : heaps0 + 8) + 2);
+}
+
+/* ==== exited threads' memory, freed remotely, goes back to the OS ======== */
+#define GB_THREADS  4
+#define GB_BYTES    (32 * MiB)     /* per thread */
+#define GB_MAX      40000          /* blocks per thread, at most */
+
+static item_t *gb_tab[GB_THREADS];
+static size_t gb_count[GB_THREADS];
+
+/* Tiny and L2 mostly, some L2.5: sizes that live in SuperSlabs. */
+static void *gb_thread(void *arg)
+{
+    size_t t = (size_t)(uintptr_t)arg;
+    st_rng r;
+    st_rng_seed(&r, stress_seed() * 131 + t);
+    size_t bytes = 0, n = 0;
+    item_t *tab = gb_tab[t];
+    while (bytes < GB_BYTES && n < GB_MAX) {
+        size_t sz = mixed_size(&r);
+        if (item_new(&tab[n], sz, (uint64_t)t << 32 | n, "gb-thread")) {
+            bytes += sz;
+            n++;
+        }
+    }
+    gb_count[t] = n;
+    return NULL;   /* everything stays allocated: the main thread frees it */
+}
+
+/* Start the threads, let them allocate and exit, then free all their blocks
+ * from the main thread.  Returns the resident size before the threads ran. */
+static size_t gb_setup(size_t *rss_full)
+{
+    void *warm = malloc(64);
+    free(warm);
+    for (int t = 0; t < GB_THREADS; t++) {
+        /* The tables themselves come from mmap: not part of what we measure. */
+        gb_tab[t] = mmap(NULL, GB_MAX * sizeof(item_t), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(gb_tab[t] != MAP_FAILED);
+    }
+    /* Settle what earlier tests left behind, so the baseline is stable. */
+    hak_trim(0);
+    size_t rss0 = st_rss_bytes();
+    print_info("before:");
+    pthread_t th[GB_THREADS];
+    for (uintptr_t t = 0; t < GB_THREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, gb_thread, (void *)t), 0);
+    for (int t = 0; t < GB_THREADS; t++) assert_int_equal(pthread_join(th[t], NULL), 0);
+    *rss_full = st_rss_bytes();
+    print_info("threads exited:");
+    for (int t = 0; t < GB_THREADS; t++) {
+        for (size_t i = 0; i < gb_count[t]; i++) item_free(&gb_tab[t][i], "gb-main");
+        munmap(gb_tab[t], GB_MAX * sizeof(item_t));
+    }
+    print_info("freed remotely:");
+    return rss0;
+}
+
+/* What may stay resident after the exited threads' memory went back: per
+ * abandoned heap, its SuperSlab headers and the one empty slab it keeps per
+ * class it used (the design keeps the last slab of a class queue), at most
+ * ~8 MiB here; plus noise. */
+#define GB_SLACK (GB_THREADS * 8 * MiB + 4 * MiB)
+
+/* A few hundred thousand malloc/free of varied sizes on the main thread;
+ * returns the ops done.  Stops early once the resident size is back. */
+static long gb_work(size_t rss_goal, long max_ops)
+{
+    st_rng r;
+    st_rng_seed(&r, stress_seed() + 4242);
+    static void *batch[1000];
+    long ops = 0;
+    while (ops < max_ops) {
+        for (int i = 0; i < 1000; i++) {
+            unsigned roll = (unsigned)(st_next(&r) % 100);
+            size_t sz = roll < 60 ? st_range(&r, 1, 1024)
+                      : roll < 95 ? st_range(&r, 1025, 16384)
+                                  : st_range(&r, 16385, 200 * 1024);
+            batch[i] = malloc(sz);
+            if (batch[i] == NULL) stress_fail("gb_work: malloc(%zu) returned NULL", sz);
+            else memset(batch[i], 0xA5, sz < 64 ? sz : 64);
+        }
+        for (int i = 0; i < 1000; i++) free(batch[i]);
+        ops += 2000;
+        if ((ops % 20000) == 0 && st_rss_bytes() <= rss_goal) break;
+    }
+    return ops;
+}
+
+static void test_exit_memory_swept_by_running_thread(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    size_t rss_full, rss0 = gb_setup(&rss_full);
+    size_t rss_freed = st_rss_bytes();
+    hak_info_t freed = info_now();
+    assert_true(rss_full >= rss0 + GB_THREADS * GB_BYTES / 2);   /* it was really resident */
+
+    long ops = gb_work(rss0 + GB_SLACK, 600000);
+    size_t rss_after = st_rss_bytes();
+    hak_info_t after = info_now();
+    print_info("after main thread's work:");
+    print_message("RSS (KiB): start %zu, threads done %zu, freed %zu, after %ld malloc/free %zu\n",
+                  rss0 >> 10, rss_full >> 10, rss_freed >> 10, ops, rss_after >> 10);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    /* No thread started, so no heap was adopted: the running thread's
+     * housekeeping alone must have given the memory back. */
+    assert_true(after.heaps_abandoned >= GB_THREADS);
+    if (rss_after > rss0 + GB_SLACK)
+        fail_msg("exited threads' memory not given back by the running thread: RSS %zu KiB, "
+                 "started at %zu KiB (allowed %zu KiB more)", rss_after >> 10, rss0 >> 10, GB_SLACK >> 10);
+    /* Their SuperSlabs went back too (each heap keeps at least its last). */
+    size_t in_use_freed = freed.ss_hot + freed.ss_draining, in_use_after = after.ss_hot + after.ss_draining;
+    assert_true(in_use_after < in_use_freed);
+    assert_true(in_use_after <= in_use_freed - (in_use_freed - after.heaps) / 2);
+}
+
+static void test_exit_memory_trimmed(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    size_t rss_full, rss0 = gb_setup(&rss_full);
+    size_t rss_freed = st_rss_bytes();
+    hak_info_t freed = info_now();
+    assert_true(rss_full >= rss0 + GB_THREADS * GB_BYTES / 2);
+    assert_int_equal(hak_trim(0), 1);
+    size_t rss_after = st_rss_bytes();
+    hak_info_t after = info_now();
+    print_info("after hak_trim(0):");
+    print_message("RSS (KiB): start %zu, threads done %zu, freed %zu, trimmed %zu\n",
+                  rss0 >> 10, rss_full >> 10, rss_freed >> 10, rss_after >> 10);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    if (rss_after > rss0 + GB_SLACK)
+        fail_msg("exited threads' memory not given back by hak_trim: RSS %zu KiB, started at %zu KiB",
+                 rss_after >> 10, rss0 >> 10);
+    assert_true(after.ss_hot + after.ss_draining < freed.ss_hot + freed.ss_draining);
+    assert_int_equal(after.ss_free, 0);    /* the cache was emptied */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_blocks_freed_later),
+        cmocka_unit_test(test_exit_sequential_heaps),
+        cmocka_unit_test(test_exit_memory_swept_by_running_thread),
+        cmocka_unit_test(test_exit_memory_trimmed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
