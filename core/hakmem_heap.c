@@ -90,6 +90,7 @@ static hak_heap_t *heap_new(void) {
         h->tier_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
     }
     hak_pool_init_heap(h);
+    h->dirty_budget = 64;        /* pages: DIRTY_MIN in hakmem_superslab.c */
     h->next_all = heaps_all;
     heaps_all = h;
     return h;

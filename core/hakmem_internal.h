@@ -207,6 +207,8 @@ typedef struct hak_heap {
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
+    unsigned         dirty_budget; /* ... allowed before they are decommitted */
+    unsigned         dirty_reused; /* dirty pages taken again since the last purge */
     int              state;
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
@@ -267,9 +269,10 @@ HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_purge(hak_slab_t *s);
 
-/* A slab that has lost half its blocks since its last purge is worth a
- * look for whole 4 KiB pages with no live block (one-page L2 slabs: their
- * blocks are big enough for pages to empty out). */
+/* A slab whose owner has freed half its blocks since its last purge is
+ * worth a look for whole 4 KiB pages with no live block (one-page L2 slabs:
+ * their blocks are big enough for pages to empty out).  Checked as blocks
+ * fall out of the owner's ring. */
 static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
     return s->tier == HAK_TIER_L2 && s->npages == 1 && used != 0 && used * 2u <= s->purge_mark;
 }

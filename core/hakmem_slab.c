@@ -176,7 +176,9 @@ static bool slab_reattach(hak_slab_t *s) {
 }
 
 /* Move the blocks other threads freed into the owner's free list, keeping
- * the NOTIFY mark as it was.  Returns whether any came. */
+ * the NOTIFY mark as it was.  Returns whether any came.  No pages are given
+ * back here: in a producer/consumer pair the producer reuses these blocks at
+ * once, and decommitting them would cost a page fault per page each time. */
 static bool slab_collect_remote(hak_slab_t *s) {
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
@@ -185,17 +187,13 @@ static bool slab_collect_remote(hak_slab_t *s) {
                                                     memory_order_acquire, memory_order_relaxed));
     hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
     uint32_t n = 1;
-    bool l25 = s->tier == HAK_TIER_L25;
-    if (l25) hak_l25_block_decommit(tail, s->cls);
     while (tail->next != NULL) {
         tail = tail->next;
-        if (l25) hak_l25_block_decommit(tail, s->cls);
         n++;
     }
     tail->next = s->free;
     s->free = list;
     s->used -= n;
-    if (hak_slab_purge_due(s, slab_used(s))) hak_slab_purge(s);
     return true;
 }
 

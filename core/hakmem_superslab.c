@@ -10,10 +10,15 @@
  *             (see tier_check in hakmem_slab.c), so it empties out.  Revived
  *             to HOT when no HOT SuperSlab has room.
  *   FREE      no span left: decommitted and cached (SS_CACHE_MAX), beyond
- *             that unmapped.  A heap keeps its last SuperSlab, so a heap that
- *             empties and refills does not map and unmap 4 MiB each time.
- * Freed pages stay resident until HEAP_DIRTY_MAX of them gather in a heap
- * (a busy class reuses them warm), then all go back to the OS at once. */
+ *             that unmapped.  A heap keeps one empty SuperSlab as a spare, so
+ *             a heap that empties and refills does not map and unmap 4 MiB
+ *             each time.
+ * Freed pages stay resident until the heap's dirty budget of them gathers
+ * (a busy class reuses them warm), then all go back to the OS at once.  The
+ * budget adapts: if most pages freed since the last purge were taken again
+ * (churn, as in a producer/consumer pair), purging them only bought page
+ * faults, so it doubles; otherwise it halves.  Between DIRTY_MIN (4 MiB) and
+ * DIRTY_MAX (16 MiB). */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 
@@ -21,8 +26,8 @@
 
 #define SS_CACHE_MAX 4
 #define DRAIN_PAGES  8
-/* Free pages a heap keeps resident (4 MiB) before it decommits them all. */
-#define HEAP_DIRTY_MAX 64
+#define DIRTY_MIN 64
+#define DIRTY_MAX 256
 
 /* SuperSlabs per tier, for hak_get_info (changed only on tier moves). */
 _Atomic size_t hak_ss_count[3];
@@ -132,15 +137,27 @@ static void ss_revive(hak_heap_t *h, hak_superslab_t *ss) {
             hak_slab_revive(h, &ss->slabs[i]);
 }
 
+/* Free pages still resident are reused first (no page faults, and fewer
+ * to decommit); then any free run of a HOT SuperSlab; then a DRAINING one
+ * is revived; then a new SuperSlab. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0) {
-    hak_superslab_t *ss, *draining = NULL;
+    hak_superslab_t *ss = NULL, *draining = NULL;
     int idx = -1, draining_idx = -1;
-    for (ss = h->ss_list; ss != NULL; ss = ss->next) {
-        if (ss->free_pages == 0) continue;
-        int i = find_run(ss->free_pages, npages, align_pages, page0);
-        if (i < 0) continue;
-        if (hak_ss_state(ss) == HAK_SS_HOT) { idx = i; break; }
-        if (draining == NULL) { draining = ss; draining_idx = i; }
+    if (h->dirty_count >= npages) {
+        for (ss = h->ss_list; ss != NULL; ss = ss->next) {
+            if (hak_ss_state(ss) != HAK_SS_HOT) continue;
+            idx = find_run(ss->free_pages & ss->dirty_pages, npages, align_pages, page0);
+            if (idx >= 0) break;
+        }
+    }
+    if (ss == NULL) {
+        for (ss = h->ss_list; ss != NULL; ss = ss->next) {
+            if (ss->free_pages == 0) continue;
+            int i = find_run(ss->free_pages, npages, align_pages, page0);
+            if (i < 0) continue;
+            if (hak_ss_state(ss) == HAK_SS_HOT) { idx = i; break; }
+            if (draining == NULL) { draining = ss; draining_idx = i; }
+        }
     }
     if (ss == NULL && draining != NULL) {      /* no HOT room: revive before mapping */
         ss = draining;
@@ -155,12 +172,24 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
-    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages & want);
+    unsigned reused = (unsigned)__builtin_popcountll(ss->dirty_pages & want);
+    h->dirty_count -= reused;
+    h->dirty_reused += reused;
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     hak_slab_t *s = &ss->slabs[idx];
     s->npages = (uint8_t)npages;
     return s;
+}
+
+/* An empty SuperSlab goes back unless it would be the heap's only empty
+ * one: one spare absorbs a heap that empties and refills (its pages still
+ * fall under the dirty budget).  Abandoned and trimming heaps keep none. */
+static bool release_ok(hak_heap_t *h, hak_superslab_t *ss) {
+    if (!h->keep_spares) return true;
+    for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next)
+        if (o != ss && o->free_pages == ~(uint64_t)0) return true;
+    return false;
 }
 
 void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
@@ -172,20 +201,23 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
     h->dirty_count += s->npages;
-    if (ss->free_pages == ~(uint64_t)0 && (h->ss_count > 1 || !h->keep_spares) &&
-        h->sweeping != ss) {
+    if (ss->free_pages == ~(uint64_t)0 && h->sweeping != ss && release_ok(h, ss)) {
         ss_release(h, ss);
         return;
     }
-    if (h->dirty_count > HEAP_DIRTY_MAX) hak_ss_purge_heap(h);
+    if (h->dirty_count > h->dirty_budget) {
+        bool churn = h->dirty_reused >= h->dirty_count;
+        if (churn && h->dirty_budget < DIRTY_MAX) h->dirty_budget *= 2;
+        else if (!churn && h->dirty_budget > DIRTY_MIN) h->dirty_budget /= 2;
+        if (h->dirty_count > h->dirty_budget) hak_ss_purge_heap(h);
+    }
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
         ss_set_state(ss, HAK_SS_HOT, HAK_SS_DRAINING);
 }
 
 void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
-    if (ss->free_pages == ~(uint64_t)0 && (h->ss_count > 1 || !h->keep_spares))
-        ss_release(h, ss);
+    if (ss->free_pages == ~(uint64_t)0 && release_ok(h, ss)) ss_release(h, ss);
 }
 
 /* Give back now every free page of the heap's SuperSlabs (malloc_trim). */
@@ -198,6 +230,7 @@ bool hak_ss_purge_heap(hak_heap_t *h) {
         any = true;
     }
     h->dirty_count = 0;
+    h->dirty_reused = 0;
     return any;
 }
 
