@@ -191,14 +191,14 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
 }
 
 /* pthread key destructor: the thread is exiting.  Its rings go back to the
- * slabs, its free pages to the OS, and the heap waits for a new thread. */
+ * slabs and the heap waits for a new thread, warm: threads that come and go
+ * (a server's workers, Larson) adopt it at once.  If none comes, the running
+ * threads' housekeeping sweeps it without spares and purges its pages. */
 static void heap_thread_exit(void *arg) {
     hak_heap_t *h = arg;
     if (h == NULL || h != hak_tls_heap) return;
-    h->keep_spares = false;
     heap_flush_rings(h);
     heap_sweep(h);
-    hak_ss_purge_heap(h);
     hak_tls_heap = &hak_empty_heap;
     tls_thread_done = true;
     hak_lock(&heap_lock);
