@@ -188,6 +188,7 @@ if [ $INSTALL = 1 ]; then
     missing=()
     for a in $REQ; do
         pp=$(peer_pkg "$a") || continue
+        # shellcheck disable=SC2086
         set -- $pp
         find_peer_lib "$1" "$2" >/dev/null || missing+=("$1")
     done
@@ -216,6 +217,7 @@ for a in $REQ; do
         hakmem-static)
             LIB[$a]=""; BINSUFFIX[$a]=_hakmem; ALLOCS+=("$a") ;;
         mimalloc|jemalloc|tcmalloc)
+            # shellcheck disable=SC2046  # two words: package and soname
             set -- $(peer_pkg "$a")
             if ! lib=$(find_peer_lib "$1" "$2"); then
                 if [ $QUICK = 1 ]; then
@@ -323,6 +325,7 @@ peer_versions() {
     local a out=""
     for a in "${ALLOCS[@]}"; do
         case "$a" in mimalloc|jemalloc|tcmalloc)
+            # shellcheck disable=SC2046  # two words: package and soname
             set -- $(peer_pkg "$a")
             out+="$a $(dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'), " ;;
         esac
@@ -621,7 +624,7 @@ cp "$RAW" "$OUT/latest.tsv"
     echo "- commit: $COMMIT"
     echo "- command: \`$ORIG_CMD\`"
     echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD"
-    [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#$REPO/}"
+    [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
     [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
     echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators; each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
     echo
