@@ -411,7 +411,7 @@ if [ $CALLGRIND = 1 ]; then
 fi
 
 # ================================================================ timing mode
-RAW="$WORK/runs.tsv"      # id alloc run status ops rss_kb seconds
+RAW="$WORK/runs.tsv"      # id alloc run status ops rss_kb seconds [bench_rss: peak_mib rss90_mib ratio90 above_base_mib]
 : > "$RAW"
 declare -A GAVEUP=()      # id|alloc -> 1 after a failure: its remaining runs are skipped
 total=$(( ${#B_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
@@ -455,7 +455,15 @@ run_one() {   # run_one IDX ALLOC RUN
         GAVEUP["${B_ID[$i]}|$a"]=1
         return 1
     fi
-    printf '%s\t%s\t%s\tok\t%s\t%s\t%s\n' "${B_ID[$i]}" "$a" "$r" "$ops" "$rss" "$secs" >> "$RAW"
+    # bench_rss also reports what the allocator gives back: keep those figures
+    local mem=""
+    [ "${B_ID[$i]}" = rss ] && mem=$(awk '
+        function val(k,    f) { for (f = 1; f <= NF; f++) if (index($f, k "=") == 1) return substr($f, length(k) + 2); return "" }
+        /^baseline_rss_mib=/ { pk = val("peak_rss_mib") }
+        /^after_free90:/     { r90 = val("rss_mib"); q90 = val("ratio") }
+        /^after_free_all:/   { ab = val("above_baseline_mib") }
+        END { printf "\t%s\t%s\t%s\t%s", pk, r90, q90, ab }' "$log")
+    printf '%s\t%s\t%s\tok\t%s\t%s\t%s%s\n' "${B_ID[$i]}" "$a" "$r" "$ops" "$rss" "$secs" "$mem" >> "$RAW"
     awk -v o="$ops" -v m="$rss" -v s="$secs" 'BEGIN {
         if (o != "") printf "%10.3f M ops/s", o / 1e6; else printf "%17s", "-"
         if (m != "") printf "   RSS %7.1f MiB", m / 1024
@@ -558,50 +566,100 @@ make_table() {
 }
 TABLE=$(make_table)
 
+# bench_rss: medians of what each allocator keeps after the frees.
+MEMTABLE=""
+if awk -F'\t' '$1 == "rss" && $4 == "ok" && $9 != "" { found = 1 } END { exit !found }' "$RAW"; then
+    MEMTABLE=$(awk -F'\t' -v order="${ALLOCS[*]}" '
+        function median(s,    a, m, i, j, v) {
+            m = split(s, a, " "); if (m == 0) return ""
+            for (i = 2; i <= m; i++) { v = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > v) { a[j+1] = a[j]; j-- } a[j+1] = v }
+            return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+        }
+        $1 == "rss" && $4 == "ok" && $9 != "" { k = $2; pk[k] = pk[k] " " $8; r9[k] = r9[k] " " $9; q9[k] = q9[k] " " $10; ab[k] = ab[k] " " $11 }
+        END {
+            print "| allocator | peak RSS MiB | RSS after freeing 90% (MiB) | RSS / live bytes then | above baseline after freeing all (MiB) |"
+            print "| --- | ---: | ---: | ---: | ---: |"
+            na = split(order, al, " ")
+            for (j = 1; j <= na; j++) {
+                k = al[j]; if (r9[k] == "") continue
+                printf "| %s | %.1f | %.1f | %.2f | %.1f |\n", k, median(pk[k]), median(r9[k]), median(q9[k]), median(ab[k])
+            }
+        }' "$RAW")
+fi
+
 # ---------------------------------------------------------------- chart
 PNG_NOTE=""
 draw_chart() {
-    local dat="$WORK/ratios.dat" peers=() a
+    local dat="$WORK/ratios.dat" mem="$WORK/mem.dat" peers=() a
     for a in "${ALLOCS[@]}"; do [ "$a" != "$REF" ] && peers+=("$a"); done
-    [ ${#peers[@]} -gt 0 ] || { PNG_NOTE="no peer to compare with, no chart"; return 1; }
-    # rows: benchmark label (quoted), one ratio column per peer ('-' when missing)
+    # rows: benchmark label (quoted), one ratio column per peer ('-' when missing);
+    # bench_rss is left out here (its throughput is mostly memset bandwidth)
     awk -F'\t' -v peers="${peers[*]}" -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" '
         { r[$1 SUBSEP $2] = $9 }
         END {
             np = split(peers, p, " "); nb = split(ids, bi, " "); split(labels, lb, "|")
             printf "benchmark"; for (j = 1; j <= np; j++) printf "\t\"%s\"", p[j]; printf "\n"
             for (b = 1; b <= nb; b++) {
+                if (bi[b] == "rss") continue
                 any = 0; line = "\"" lb[b] "\""
                 for (j = 1; j <= np; j++) { v = r[bi[b] SUBSEP p[j]]; if (v != "") any = 1; line = line "\t" (v != "" ? v : "-") }
                 if (any) print line
             }
         }' "$SUMMARY" > "$dat"
-    [ "$(wc -l < "$dat")" -gt 1 ] || { PNG_NOTE="no ratio to draw"; return 1; }
-    local term="pngcairo size 1100,560 font 'sans,10'"
-    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size 1100,560"
-    local plot="plot '$dat' using 2:xtic(1) title columnheader(2)"
-    local c
-    for ((c = 3; c <= ${#peers[@]} + 1; c++)); do plot+=", '' using $c title columnheader($c)"; done
-    gnuplot > "$WORK/gnuplot.log" 2>&1 <<EOF
-set terminal $term
-set termoption noenhanced
-set output '$OUT/latest.png'
-set title "$REF throughput relative to each allocator (median of $RUNS runs; above 1 = $REF faster)\ncommit $COMMIT, $DATE"
-set datafile separator "\t"
-set datafile missing "-"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.85 border -1
-set boxwidth 0.9
-set ylabel "$REF / allocator  (ops/s)"
-set yrange [0:*]
-set grid ytics
-set key top right
-set xtics rotate by -15 nomirror
-set arrow from graph 0, first 1 to graph 1, first 1 nohead lw 2 dt 2 lc rgb "black" front
-$plot
-EOF
-    if [ $? -ne 0 ]; then PNG_NOTE="gnuplot failed: $(tail -n2 "$WORK/gnuplot.log" | tr '\n' ' ')"; return 1; fi
+    local have_ratios=0 have_mem=0
+    [ ${#peers[@]} -gt 0 ] && [ "$(wc -l < "$dat")" -gt 1 ] && have_ratios=1
+    if [ -n "$MEMTABLE" ]; then
+        # allocator, RSS after freeing 90 %, above baseline after freeing all (MiB)
+        printf '%s\n' "$MEMTABLE" | awk -F'|' 'NR > 2 { gsub(/ /, "", $2); printf "\"%s\"\t%s\t%s\n", $2, $4 + 0, $6 + 0 }' > "$mem"
+        [ -s "$mem" ] && have_mem=1
+    fi
+    [ $have_ratios = 1 ] || [ $have_mem = 1 ] || { PNG_NOTE="nothing to draw (no peer to compare with)"; return 1; }
+    local w=1100; [ $have_ratios = 1 ] && [ $have_mem = 1 ] && w=1500
+    local term="pngcairo size $w,580 font 'sans,10'"
+    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size $w,580"
+    local p1="plot '$dat' using 2:xtic(1) title columnheader(2)" c
+    for ((c = 3; c <= ${#peers[@]} + 1; c++)); do p1+=", '' using $c title columnheader($c)"; done
+    {
+        echo "set terminal $term"
+        echo "set termoption noenhanced"
+        echo "set output '$OUT/latest.png'"
+        echo "set datafile separator \"\\t\""
+        echo "set datafile missing \"-\""
+        echo "set style data histograms"
+        echo "set style histogram clustered gap 1"
+        echo "set style fill solid 0.85 border -1"
+        echo "set boxwidth 0.9"
+        echo "set grid ytics"
+        echo "set yrange [0:*]"
+        echo "set xtics rotate by -15 nomirror"
+        local sub="\\ncommit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)"
+        if [ $have_ratios = 1 ] && [ $have_mem = 1 ]; then
+            sub=""
+            echo "set multiplot title \"hakmem benchmarks, commit $COMMIT, $DATE, median of $RUNS interleaved runs\""
+            echo "set size 0.68,0.94; set origin 0,0"
+        fi
+        if [ $have_ratios = 1 ]; then
+            echo "set title \"$REF throughput / each allocator's (above 1 = $REF faster)$sub\""
+            echo "set ylabel \"ratio of median ops/s\""
+            echo "set key top right"
+            echo "set xrange [-0.6:$(( $(wc -l < "$dat") - 2 )).6]"
+            echo "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead lw 2 dt 2 lc rgb 'black' front"
+            echo "$p1"
+            echo "unset arrow 1"
+        fi
+        if [ $have_mem = 1 ]; then
+            [ $have_ratios = 1 ] && echo "set size 0.32,0.94; set origin 0.68,0"
+            echo "set title \"bench_rss: memory kept (lower is better)$sub\""
+            echo "set ylabel \"MiB\""
+            echo "set key top left"
+            echo "set xrange [-0.6:$(( $(wc -l < "$mem") - 1 )).6]"
+            echo "plot '$mem' using 2:xtic(1) title 'RSS after freeing 90%', '' using 3 title 'above baseline after freeing all'"
+        fi
+        [ $have_ratios = 1 ] && [ $have_mem = 1 ] && echo "unset multiplot"
+    } > "$WORK/chart.gp"
+    if ! gnuplot "$WORK/chart.gp" > "$WORK/gnuplot.log" 2>&1 </dev/null; then
+        PNG_NOTE="gnuplot failed: $(tail -n2 "$WORK/gnuplot.log" | tr '\n' ' ')"; return 1
+    fi
     return 0
 }
 PNG_OK=0
@@ -633,15 +691,22 @@ cp "$RAW" "$OUT/latest.tsv"
     for i in "${!B_ID[@]}"; do echo "| ${B_LABEL[$i]} | \`${B_BIN[$i]}${B_ARGS[$i]:+ ${B_ARGS[$i]}}\` |"; done
     echo
     echo "$TABLE"
+    if [ -n "$MEMTABLE" ]; then
+        echo
+        echo "Memory given back (bench_rss, medians; the benchmark's own figures: RSS minus its pointer table, polled for a while after the frees; lower is better):"
+        echo
+        echo "$MEMTABLE"
+    fi
     if [ $PNG_OK = 1 ]; then echo; echo "![ratios](latest.png)"; fi
     if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
     if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
     echo
-    echo "Raw runs: latest.tsv (benchmark, allocator, run, status, ops/s, max RSS KiB, seconds)."
+    echo "Raw runs: latest.tsv (benchmark, allocator, run, status, ops/s, max RSS KiB, seconds; for bench_rss also its peak, after-90% RSS and ratio, and above-baseline MiB)."
 } > "$OUT/latest.md"
 
 echo
 echo "$TABLE"
+if [ -n "$MEMTABLE" ]; then echo; echo "bench_rss, memory given back (medians, lower is better):"; echo; echo "$MEMTABLE"; fi
 echo
 echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
 echo "written: $OUT/latest.md$( [ $PNG_OK = 1 ] && echo " and $OUT/latest.png")"
