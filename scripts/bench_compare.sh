@@ -395,6 +395,7 @@ if [ $CALLGRIND = 1 ]; then
         echo "- commit: $COMMIT"
         echo "- command: \`$ORIG_CMD\`"
         echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC"
+        [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
         [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
         echo "- method: \`valgrind --tool=callgrind\` on bench_random_mixed $CG_CYCLES WS; Ir per op = total Ir / $CG_CYCLES (start-up and exit included, so small counts are slightly inflated); ratio < 1: hakmem executes fewer instructions"
         echo
@@ -635,7 +636,7 @@ draw_chart() {
         local sub="\\ncommit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)"
         if [ $have_ratios = 1 ] && [ $have_mem = 1 ]; then
             sub=""
-            echo "set multiplot title \"hakmem benchmarks, commit $COMMIT, $DATE, median of $RUNS interleaved runs\""
+            echo "set multiplot title \"hakmem benchmarks, commit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)\""
             echo "set size 0.68,0.94; set origin 0,0"
         fi
         if [ $have_ratios = 1 ]; then
