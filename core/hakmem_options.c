@@ -14,6 +14,8 @@
 hak_options_t hak_opt = {
     .verbose = 0,
     .batch_tier_size = 64,
+    .l2_ring_cap = POOL_L2_RING_CAP,
+    .l25_ring_cap = POOL_L25_RING_CAP,
 };
 
 typedef struct {
@@ -28,6 +30,10 @@ static const option_t options[] = {
       "1: print the effective settings on stderr at start-up" },
     { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
       "refills of a size class between checks of its SuperSlab's tier (1: every refill)" },
+    { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,
+      "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)" },
+    { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
+      "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)" },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -55,11 +61,12 @@ void hak_options_init(void) {
         const char *s = getenv(o->name);
         if (s == NULL) continue;
         long v;
-        if (parse_int(s, &v) && v >= o->min && v <= o->max) {
+        bool number = parse_int(s, &v);
+        if (number && v >= o->min && v <= o->max) {
             *o->value = (int)v;
         } else {
-            snprintf(line, sizeof line, "hakmem: %s=%s is not a number in %d..%d; using %d\n",
-                     o->name, s, o->min, o->max, o->def);
+            snprintf(line, sizeof line, "hakmem: %s=%s is %s %d..%d; using %d\n", o->name, s,
+                     number ? "outside" : "not a number in", o->min, o->max, o->def);
             say(line);
         }
     }

@@ -6,6 +6,7 @@
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
+#include "hakmem_options.h"
 
 #include <errno.h>
 #include <string.h>
@@ -51,7 +52,7 @@ hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
 
 void hak_pool_init_heap(hak_heap_t *h) {
     for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
-        h->l2[i].r.cap = POOL_L2_RING_CAP;
+        h->l2[i].r.cap = (uint32_t)hak_opt.l2_ring_cap;
         h->ring[i] = &h->l2[i].r;
     }
     for (unsigned i = 0; i < HAK_L25_CLASSES; i++) {
