@@ -50,7 +50,8 @@ usage: scripts/bench_compare.sh [options]
 Benchmark ids: random_mixed_ws400 random_mixed_ws8192 mid_large_mt_t1
 mid_large_mt_t2 larson_t1 larson_t2 rss (the last only when
 bench_rss_system exists).  Sizes can be overridden with the environment
-variables BENCH_RM_CYCLES, BENCH_MID_CYCLES, BENCH_LARSON_SECONDS.
+variables BENCH_RM_CYCLES, BENCH_MID_CYCLES, BENCH_LARSON_SECONDS and
+BENCH_RSS_ARGS (bench_rss arguments: default none = 512 MiB; --quick: 256).
 EOF
 }
 
@@ -256,9 +257,11 @@ command -v timeout >/dev/null 2>&1 || { say "'timeout' (coreutils) is required";
 
 # ---------------------------------------------------------------- benchmarks
 if [ $QUICK = 1 ]; then
-    RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-2000000}; LARSON_S=${BENCH_LARSON_SECONDS:-1}
+    RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-1000000}; LARSON_S=${BENCH_LARSON_SECONDS:-1}
+    RSS_ARGS=${BENCH_RSS_ARGS-256}
 else
     RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}; LARSON_S=${BENCH_LARSON_SECONDS:-2}
+    RSS_ARGS=${BENCH_RSS_ARGS-}
 fi
 # id | binary | arguments | label
 BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$RM_CYC 400|bench_random_mixed ws=400
@@ -267,7 +270,7 @@ mid_large_mt_t1|bench_mid_large_mt|1 $MID_CYC 128|bench_mid_large_mt 1 thread
 mid_large_mt_t2|bench_mid_large_mt|2 $MID_CYC 128|bench_mid_large_mt 2 threads
 larson_t1|larson|$LARSON_S 8 1024 1000 1000 42 1|larson 1 thread
 larson_t2|larson|$LARSON_S 8 1024 1000 1000 42 2|larson 2 threads
-rss|bench_rss||bench_rss (memory)"
+rss|bench_rss|$RSS_ARGS|bench_rss (memory)"
 if [ $CALLGRIND = 1 ]; then
     BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$CG_CYCLES 400|bench_random_mixed ws=400
 random_mixed_ws8192|bench_random_mixed|$CG_CYCLES 8192|bench_random_mixed ws=8192"
