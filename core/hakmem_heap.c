@@ -38,8 +38,8 @@ static hak_lock_t init_lock;
 /* ---- remote frees ----------------------------------------------------------
  * One CAS onto the block's slab.  If the owner had parked the slab (NOTIFY),
  * the first freer also pushes the slab onto the owner's notify stack.  The
- * slab cannot go away in between: the block just pushed still counts as used
- * and a parked slab is only retired through the notify stack. */
+ * slab cannot go away in between: a parked slab whose NOTIFY is gone is never
+ * retired (slab_maybe_retire) until its notification has come through. */
 void hak_remote_free(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);

@@ -69,6 +69,9 @@
 #ifndef POOL_L25_RING_CAP
 #define POOL_L25_RING_CAP 16
 #endif
+#if POOL_L2_RING_CAP < 1 || POOL_L25_RING_CAP < 1
+#error "ring capacities (make L2_RING=N L25_RING=M) must be at least 1"
+#endif
 
 #define HAK_INTERNAL __attribute__((visibility("hidden")))
 #define hak_likely(x)   __builtin_expect(!!(x), 1)
@@ -106,7 +109,7 @@
 
 /* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
  * (a 1 MiB class keeps 2 blocks, not 16). */
-#define HAK_L25_RING_BUDGET (512u << 10)
+#define HAK_L25_RING_BUDGET (1u << 20)
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
@@ -201,8 +204,8 @@ typedef struct hak_heap {
                                                         tier check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
-    bool             keep_spares;  /* keep an empty slab per class and the
-                                      last SuperSlab: off while trimming and
+    bool             keep_spares;  /* keep an empty slab per class and one
+                                      empty SuperSlab: off while trimming and
                                       for abandoned heaps                   */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;

@@ -209,15 +209,25 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * keeps spares; an empty parked slab always does. */
 static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
     if (slab_used(s) != 0 || s->notify_pending) return false;
+    /* Parked without NOTIFY: a remote freer took the notification and may
+     * still be about to push this slab; it must stay until it arrives. */
+    if (slab_is_parked(s) &&
+        !(atomic_load_explicit(&s->remote, memory_order_acquire) & HAK_REMOTE_NOTIFY)) {
+        s->notify_pending = 1;
+        return false;
+    }
     if (!slab_is_parked(s) && s->prev == NULL && s->next == NULL && h->keep_spares) return false;
     slab_retire(h, s);
     return true;
 }
 
 /* Take a slab off its queue.  Arms NOTIFY first: if a remote free slipped
- * in, collect it and, unless `force`, keep the slab queued. */
+ * in, collect it and, unless `force`, keep the slab queued.  While an older
+ * notification is still on its way (notify_pending) NOTIFY stays unarmed:
+ * that notification brings the slab back, and arming again could hand the
+ * same slab to the notify stack twice. */
 static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
-    for (;;) {
+    while (!s->notify_pending) {
         uintptr_t expected = 0;
         if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
                                                     memory_order_acq_rel, memory_order_relaxed))
@@ -249,6 +259,7 @@ static void slab_rearm(hak_slab_t *s) {
         if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
                                                     memory_order_acq_rel, memory_order_relaxed))
             return;
+        if (expected == HAK_REMOTE_NOTIFY) return;      /* armed already */
         slab_collect_remote(s);
     }
 }
@@ -307,10 +318,11 @@ void hak_slab_collect_notified(hak_heap_t *h) {
         hak_slab_t *next = s->notify_next;
         s->notify_pending = 0;
         slab_collect_remote(s);
-        if (!slab_maybe_retire(h, s) && slab_is_parked(s)) {
+        if (slab_is_parked(s)) {
             if (slab_ss_hot(s) && slab_has_room(s)) slab_unpark(h, s, true);
             else slab_rearm(s);
         }
+        slab_maybe_retire(h, s);
         s = next;
     }
 }
