@@ -4,7 +4,10 @@
 #   scripts/run_tests.sh            (from anywhere; works in the repo root)
 #
 # Runs build/tests/unit/* and build/tests/stress/* (each bounded by
-# TEST_TIMEOUT seconds, default 300), sums the cmocka counts of each binary
+# TEST_TIMEOUT seconds, default 300), then stress/test_tiers and
+# stress/test_remote_free again under HAKMEM_BATCH_TIER_SIZE=1 and =256 (the
+# ends of its range; each run is its own entry, named with the setting in
+# brackets), sums the cmocka counts of each binary
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
 # scripts/run_apps.sh ./libhakmem.so, where every app counts as one test.  A
 # binary that crashes or times out counts as failed.  Ends with the line
@@ -27,12 +30,19 @@ describe_rc() {
     else echo "exit status $rc"; fi
 }
 
+# run_binary BIN [VAR=VALUE]: run one test binary, optionally with one
+# extra environment setting (then named "NAME [VAR=VALUE]").
 run_binary() {
-    local bin="$1" name log rc start end secs passed failed planned extra note
+    local bin="$1" setting="${2:-}" name log rc start end secs passed failed planned extra note
     name="${bin#build/tests/}"
-    log="$LOGDIR/$(echo "$name" | tr '/' '_').log"
+    [ -n "$setting" ] && name="$name [$setting]"
+    log="$LOGDIR/$(echo "$name" | tr '/ []=' '_____').log"
     start=$(date +%s.%N)
-    timeout -k 10 "$TMO" "$bin" >"$log" 2>&1
+    if [ -n "$setting" ]; then
+        timeout -k 10 "$TMO" env "$setting" "$bin" >"$log" 2>&1
+    else
+        timeout -k 10 "$TMO" "$bin" >"$log" 2>&1
+    fi
     rc=$?
     end=$(date +%s.%N)
     secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
@@ -82,6 +92,13 @@ if [ "${#BINS[@]}" -eq 0 ]; then
 fi
 for b in "${BINS[@]}"; do
     run_binary "$b"
+done
+
+# The SuperSlab tier checks at both ends of their batching range.
+for setting in HAKMEM_BATCH_TIER_SIZE=1 HAKMEM_BATCH_TIER_SIZE=256; do
+    for b in build/tests/stress/test_tiers build/tests/stress/test_remote_free; do
+        [ -f "$b" ] && [ -x "$b" ] && run_binary "$b" "$setting"
+    done
 done
 
 # Real applications, one test each.

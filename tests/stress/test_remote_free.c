@@ -11,7 +11,7 @@
  *     must arrive intact and every block must be freed exactly once.
  *
  * test_remote_free_reuse
- *     The main thread allocates a batch (~30 MiB, the same sizes every round),
+ *     The main thread allocates a batch (~35 MiB, the same sizes every round),
  *     then blocks while 3 freer threads free all of it (interleaved, so they
  *     free into the same slabs concurrently), then allocates the next batch.
  *     Over 20 rounds the owner must reuse what was freed remotely: the number
