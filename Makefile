@@ -38,7 +38,13 @@ all: lib benches
 
 lib: libhakmem.so libhakmem.a
 
-$(OBJDIR)/%.o: core/%.c $(CORE_HDR) Makefile | $(OBJDIR)
+# The flags are recorded, so changing DEBUG, L2_RING, L25_RING, CC or
+# EXTRA_CFLAGS rebuilds the objects.
+FLAGS_STAMP := $(OBJDIR)/.cflags
+$(shell mkdir -p $(OBJDIR); echo '$(CC) $(CFLAGS_LIB)' | cmp -s - $(FLAGS_STAMP) || \
+        echo '$(CC) $(CFLAGS_LIB)' > $(FLAGS_STAMP))
+
+$(OBJDIR)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP) | $(OBJDIR)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
 $(OBJDIR):

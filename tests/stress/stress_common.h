@@ -82,7 +82,7 @@ static inline int st_chance(st_rng *r, unsigned pct)
 
 static inline uint64_t stress_seed(void)
 {
-    const char *s = getenv("HAKMEM_STRESS_SEED");
+    const char *s = getenv("STRESS_SEED");
     if (s && *s) return strtoull(s, NULL, 0);
     return 0x5EED1234ull;
 }

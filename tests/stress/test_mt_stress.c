@@ -11,7 +11,7 @@
  * test_realloc_pingpong   pairs of threads take turns reallocating one block
  *                         across all tiers, each verifying the other's data.
  *
- * HAKMEM_STRESS_SEED=N changes the random seed. */
+ * STRESS_SEED=N changes the random seed. */
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
