@@ -6,6 +6,7 @@
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
+#include "hakmem_options.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -24,13 +25,19 @@ static size_t page_size(void) {
 }
 
 /* ---- allocation ------------------------------------------------------------- */
+static void *large_alloc(size_t size, size_t align, bool zero) {
+    void *p = hak_large_alloc(size, align, zero);
+    if (hak_opt.stats && p != NULL) hak_stats_alloc(HAK_NUM_CLASSES, hak_large_usable(p));
+    return p;
+}
+
 static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
     if (size <= HAK_L25_MAX) return hak_pool_alloc(h, hak_mid_class(size));
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
     }
-    return hak_large_alloc(size, 0, false);
+    return large_alloc(size, 0, false);
 }
 
 void *hak_malloc(size_t size) {
@@ -45,7 +52,7 @@ void *hak_calloc(size_t n, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (total > HAK_L25_MAX) return hak_large_alloc(total, 0, true);
+    if (total > HAK_L25_MAX) return large_alloc(total, 0, true);
     void *p = hak_malloc(total);
     if (p != NULL) memset(p, 0, total);
     return p;
@@ -66,7 +73,7 @@ static void *alloc_aligned(size_t align, size_t size) {
         hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
         return p;
     }
-    return hak_large_alloc(size, align, false);
+    return large_alloc(size, align, false);
 }
 
 int hak_posix_memalign(void **out, size_t align, size_t size) {
@@ -114,17 +121,24 @@ void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
+/* Multi-page slabs, other threads' blocks, large blocks, foreign pointers,
+ * junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_LARGE) {
+        if (hak_opt.stats && hak_large_valid(p))
+            hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
         hak_large_free(p);
         return;
     }
-    if (kind == HAK_CHUNK_SS) {   /* multi-page slab, another thread's, or junk */
+    if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);
-        if (s->owner == hak_tls_heap) hak_pool_free(hak_tls_heap, s->cls, p);
-        else if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
-        else hak_remote_free(s, p);
+        hak_heap_t *h = hak_tls_owner;
+        if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
+        if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
+        if (s->owner != h) hak_remote_free(s, p);
+        else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
+        else hak_pool_free(h, s->cls, p);
         return;
     }
     __libc_free(p);

@@ -72,6 +72,12 @@ typedef struct {
 
 HAK_API void hak_get_info(hak_info_t *info);
 
+/* The statistics report HAKMEM_STATS=1 prints at exit: per tier and class,
+ * allocations, frees, remote frees and refills (counted only with
+ * HAKMEM_STATS=1), bytes in use at peak, SuperSlabs by tier and memory
+ * given back to the OS. */
+HAK_API void hak_stats_print(FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,8 @@
 #include <pthread.h>
 #include <string.h>
 
-__thread hak_heap_t *hak_tls_heap = &hak_empty_heap;
+__thread hak_heap_t *hak_tls_heap = &hak_empty_heap;   /* what the fast paths use */
+__thread hak_heap_t *hak_tls_owner;                     /* the thread's own heap   */
 static __thread bool tls_thread_done;   /* heap already abandoned at exit */
 
 /* The sentinels: every queue of the empty heap points at the empty slab, so
@@ -124,10 +125,13 @@ static void heap_abandon_locked(hak_heap_t *h) {
     atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
+/* The calling thread's heap, made or adopted on first use.  With
+ * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
+ * takes a slow path that counts it: statistics cost nothing when off. */
 hak_heap_t *hak_heap_for_thread(void) {
     hak_ensure_init();
     if (tls_thread_done) return NULL;
-    if (hak_tls_heap != &hak_empty_heap) return hak_tls_heap;
+    if (hak_tls_owner != NULL) return hak_tls_owner;
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
     if (h != NULL) {
@@ -136,8 +140,9 @@ hak_heap_t *hak_heap_for_thread(void) {
     }
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
-    hak_tls_heap = h;
-    /* May allocate (keys past the first block); hak_tls_heap is set. */
+    hak_tls_owner = h;
+    if (!hak_opt.stats) hak_tls_heap = h;
+    /* May allocate (keys past the first block); the heap is set. */
     if (heap_key_ready) pthread_setspecific(heap_key, h);
     hak_slab_collect_notified(h);
     return h;
@@ -164,8 +169,8 @@ void hak_heap_housekeeping(hak_heap_t *h) {
  * all they can now. */
 bool hak_heap_trim(void) {
     bool any = false;
-    hak_heap_t *h = hak_tls_heap;
-    if (h != &hak_empty_heap) {
+    hak_heap_t *h = hak_tls_owner;
+    if (h != NULL) {
         heap_flush_rings(h);
         h->keep_spares = false;
         heap_sweep(h);
@@ -196,10 +201,11 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
  * threads' housekeeping sweeps it without spares and purges its pages. */
 static void heap_thread_exit(void *arg) {
     hak_heap_t *h = arg;
-    if (h == NULL || h != hak_tls_heap) return;
+    if (h == NULL || h != hak_tls_owner) return;
     heap_flush_rings(h);
     heap_sweep(h);
     hak_tls_heap = &hak_empty_heap;
+    hak_tls_owner = NULL;
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);
@@ -213,10 +219,11 @@ void *hak_alloc_without_heap(size_t size) {
     hak_heap_t *h = heap_take_locked();
     void *p = NULL;
     if (h != NULL) {
-        hak_tls_heap = h;
+        hak_tls_heap = hak_tls_owner = h;
         h->keep_spares = true;
         p = hak_malloc(size);
         hak_tls_heap = &hak_empty_heap;
+        hak_tls_owner = NULL;
         heap_abandon_locked(h);
     }
     hak_unlock(&heap_lock);
@@ -246,7 +253,7 @@ static void fork_child(void) {
     hak_large_unlock_all();
     hak_ss_unlock_all();
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_heap && h->state == HAK_HEAP_ACTIVE) h->state = HAK_HEAP_ORPHANED;
+        if (h != hak_tls_owner && h->state == HAK_HEAP_ACTIVE) h->state = HAK_HEAP_ORPHANED;
     hak_unlock(&heap_lock);
 }
 

@@ -225,6 +225,7 @@ extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
 extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
+extern __thread hak_heap_t *hak_tls_owner;
 
 typedef struct { _Atomic int held; } hak_lock_t;
 HAK_INTERNAL void hak_lock(hak_lock_t *l);
@@ -304,6 +305,13 @@ HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
 HAK_INTERNAL void   hak_large_lock_all(void);
 HAK_INTERNAL void   hak_large_unlock_all(void);
+
+/* Statistics (hakmem_stats.c): called only with HAKMEM_STATS=1.  Class
+ * HAK_NUM_CLASSES stands for the large tier. */
+HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
+HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
+HAK_INTERNAL void hak_stats_refill(unsigned cls);
+HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);

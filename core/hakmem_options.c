@@ -28,6 +28,8 @@ typedef struct {
 static const option_t options[] = {
     { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
       "1: print the effective settings on stderr at start-up" },
+    { "HAKMEM_STATS", &hak_opt.stats, 0, 0, 1,
+      "1: count allocations, frees, remote frees and refills per class; report at exit" },
     { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
       "refills of a size class between checks of its SuperSlab's tier (1: every refill)" },
     { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,

@@ -5,6 +5,7 @@
 
 typedef struct {
     int verbose;            /* HAKMEM_VERBOSE: print the settings at start-up   */
+    int stats;              /* HAKMEM_STATS: count everything, report at exit   */
     int batch_tier_size;    /* HAKMEM_BATCH_TIER_SIZE: refills per tier check   */
     int l2_ring_cap;        /* HAKMEM_L2_RING_CAP: L2 ring slots, <= POOL_L2_RING_CAP */
     int l25_ring_cap;       /* HAKMEM_L25_RING_CAP: L2.5 ring slots, <= POOL_L25_RING_CAP */

@@ -47,29 +47,33 @@ void hak_os_unmap(void *p, size_t len) {
     int saved = errno;
     munmap(p, len);
     errno = saved;
+    atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
 }
 
 void hak_os_decommit(void *p, size_t len) {
     int saved = errno;
     madvise(p, len, MADV_DONTNEED);
     errno = saved;
+    atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
 }
 
 /* len and align are multiples of the page size; align is a power of two. */
 void *hak_os_map_aligned(size_t len, size_t align) {
     /* Often the kernel hands out the next address below the last mapping,
      * which is aligned when every earlier mapping was: try the exact size. */
+    int saved = errno;
     char *p = hak_os_map(len);
     if (p == NULL) return NULL;
     if (((uintptr_t)p & (align - 1)) == 0) return p;
-    hak_os_unmap(p, len);
+    munmap(p, len);            /* never used: not "given back" */
     if (len + align < len) return NULL;
     p = hak_os_map(len + align);
     if (p == NULL) return NULL;
     char *aligned = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
     size_t head = (size_t)(aligned - p), tail = align - head;
-    if (head) hak_os_unmap(p, head);
-    if (tail) hak_os_unmap(aligned + len, tail);
+    if (head) munmap(p, head);
+    if (tail) munmap(aligned + len, tail);
+    errno = saved;
     return aligned;
 }
 

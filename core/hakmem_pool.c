@@ -12,10 +12,12 @@
 #include <string.h>
 
 void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
-    if (h == &hak_empty_heap) {               /* first allocation of a thread */
+    if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
         if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[cls]);
-        return hak_pool_alloc(h, cls);
+        void *p = hak_pool_alloc(h, cls);
+        if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
+        return p;
     }
     unsigned want = r->cap > 1 ? r->cap / 2 : 1;
     unsigned got = hak_class_take(h, cls, r->slot, want);

@@ -281,6 +281,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
     if (atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL)
         hak_slab_collect_notified(h);
     if (--h->tier_countdown[cls] == 0) tier_check(h, cls);
+    if (hak_opt.stats) hak_stats_refill(cls);
     while (got < n) {
         hak_slab_t *s = h->queue_head[cls];
         if (s == &hak_empty_slab) {

@@ -1,0 +1,79 @@
+/* Statistics (HAKMEM_STATS=1).  With stats on, the fast paths see the empty
+ * heap (hakmem_heap.c), so every malloc and free takes a slow path that
+ * counts it here; with stats off nothing here runs.  Counters are global
+ * relaxed atomics: exact, and only paid for when asked. */
+#include "hakmem_internal.h"
+#include "hakmem_options.h"
+#include "box/size_class_box.h"
+
+#include <stdio.h>
+
+#define LARGE_ROW HAK_NUM_CLASSES
+
+static _Atomic uint64_t allocs[HAK_NUM_CLASSES + 1], frees[HAK_NUM_CLASSES + 1],
+                        remote_frees[HAK_NUM_CLASSES + 1], refills[HAK_NUM_CLASSES];
+static _Atomic int64_t live_bytes, peak_bytes;
+_Atomic uint64_t hak_released_bytes;   /* decommitted or unmapped, always counted */
+
+static void add_live(int64_t delta) {
+    int64_t now = atomic_fetch_add_explicit(&live_bytes, delta, memory_order_relaxed) + delta;
+    int64_t peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_bytes, &peak, now,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed)) {
+    }
+}
+
+void hak_stats_alloc(unsigned cls, size_t bytes) {
+    atomic_fetch_add_explicit(&allocs[cls], 1, memory_order_relaxed);
+    add_live((int64_t)bytes);
+}
+
+void hak_stats_free(unsigned cls, size_t bytes, bool remote) {
+    atomic_fetch_add_explicit(&frees[cls], 1, memory_order_relaxed);
+    if (remote) atomic_fetch_add_explicit(&remote_frees[cls], 1, memory_order_relaxed);
+    add_live(-(int64_t)bytes);
+}
+
+void hak_stats_refill(unsigned cls) {
+    atomic_fetch_add_explicit(&refills[cls], 1, memory_order_relaxed);
+}
+
+static const char *tier_name(unsigned cls) {
+    static const char *names[] = { "-", "tiny", "l2", "l2.5", "large" };
+    return cls == LARGE_ROW ? "large" : names[hak_class_tier((int)cls)];
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void hak_stats_print(FILE *out) {
+    if (out == NULL) return;
+    fprintf(out, "hakmem stats%s\n", hak_opt.stats ? "" : " (HAKMEM_STATS=0: only memory figures)");
+    fprintf(out, "  %-5s %7s %12s %12s %12s %10s\n", "tier", "size", "allocs", "frees",
+            "remote", "refills");
+    for (unsigned c = 0; c <= LARGE_ROW; c++) {
+        uint64_t a = atomic_load_explicit(&allocs[c], memory_order_relaxed);
+        uint64_t f = atomic_load_explicit(&frees[c], memory_order_relaxed);
+        if (a == 0 && f == 0) continue;
+        uint64_t r = atomic_load_explicit(&remote_frees[c], memory_order_relaxed);
+        uint64_t rf = c < LARGE_ROW ? atomic_load_explicit(&refills[c], memory_order_relaxed) : 0;
+        char size[16];
+        if (c < LARGE_ROW) snprintf(size, sizeof size, "%u", hak_class_block_size[c]);
+        else snprintf(size, sizeof size, ">1M");
+        fprintf(out, "  %-5s %7s %12llu %12llu %12llu %10llu\n", tier_name(c), size,
+                (unsigned long long)a, (unsigned long long)f, (unsigned long long)r,
+                (unsigned long long)rf);
+    }
+    fprintf(out, "  in use at peak: %.1f MiB; SuperSlabs hot %zu, draining %zu, free %zu; "
+                 "large mapped %.1f MiB; given back to the OS: %.1f MiB\n",
+            mib((uint64_t)atomic_load_explicit(&peak_bytes, memory_order_relaxed)),
+            atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed),
+            atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed),
+            atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed),
+            mib(atomic_load_explicit(&hak_large_mapped, memory_order_relaxed)),
+            mib(atomic_load_explicit(&hak_released_bytes, memory_order_relaxed)));
+}
+
+__attribute__((destructor)) static void stats_at_exit(void) {
+    if (hak_opt.stats) hak_stats_print(stderr);
+}
