@@ -18,10 +18,10 @@
  * of 1..16 pages carved into equal blocks of one size class; its descriptor
  * (hak_slab_t) lives in the SuperSlab header, indexed by the span's first
  * page (page_head[] maps every page to that first page).  The descriptors of
- * a span's other pages stay blank (no owner), so the Tiny free path indexes
- * slabs[] by the block's own page and only multi-page spans look at
- * page_head[].  Page 0 also holds the header, so only one-page (Tiny) slabs
- * use it.
+ * a span's other pages mirror only its owner, tier and class, so the free
+ * fast path indexes slabs[] by the block's own page; everything that needs
+ * the slab itself goes through page_head[].  Page 0 also holds the header,
+ * so only one-page (Tiny) slabs use it.
  *
  * Every SuperSlab, and so every slab, is owned by one thread heap.  Only the
  * owner touches a slab's free list and counts: no atomics on the owner path.
@@ -134,8 +134,7 @@ typedef struct hak_slab {
     hak_block_t     *free;        /* owner-only free list                    */
     uint32_t         used;        /* blocks out (live, in a ring, or remote)
                                      | HAK_SLAB_FULL                          */
-    uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span
-                                     or a page inside a longer span          */
+    uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span */
     uint8_t          notify_pending; /* owner-only: a remote thread took the
                                      notification; do not retire until the
                                      slab comes through heap->notify         */

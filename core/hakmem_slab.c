@@ -75,6 +75,13 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->capacity = (uint16_t)((limit - start) / hak_class_block_size[cls]);
     s->released = 0;
     s->purge_mark = s->capacity;
+    /* The other pages' descriptors mirror owner, tier and class, so a free
+     * into any page of the span takes the fast path to the ring. */
+    for (unsigned i = 1; i < s->npages; i++) {
+        s[i].owner = h;
+        s[i].tier = s->tier;
+        s[i].cls = s->cls;
+    }
     queue_push_head(h, cls, s);
     return s;
 }

@@ -196,8 +196,10 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);
     uint64_t bits = (((uint64_t)1 << s->npages) - 1) << idx;
-    s->tier = HAK_TIER_NONE;
-    s->owner = NULL;
+    for (unsigned i = 0; i < s->npages; i++) {     /* the head and its mirrors */
+        s[i].tier = HAK_TIER_NONE;
+        s[i].owner = NULL;
+    }
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
     h->dirty_count += s->npages;
