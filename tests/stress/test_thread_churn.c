@@ -1,8 +1,9 @@
 /* Thousands of short-lived threads.
  *
- * test_thread_churn_rss  a warm-up round and 2 measured rounds of 1000 threads
- *                        each, created in waves of 16.  Every thread allocates blocks over all
- *                        tiers, frees some itself, and leaves the others in a
+ * test_thread_churn_rss  a warm-up round and 2 measured rounds of 1000
+ *                        threads each, created in waves of 16.  Every thread
+ *                        allocates blocks over all tiers, frees some itself,
+ *                        and leaves the others in a
  *                        global array, where later threads, a long-lived reaper
  *                        thread or the main thread verify and free them (often
  *                        after the allocating thread is gone).  Each thread
@@ -10,7 +11,9 @@
  *                        allocates at thread exit.  Contents must stay intact,
  *                        and the RSS after round 2 must stay within
  *                        RSS(round 1) * 1.5 + 16 MiB: memory of dead threads
- *                        has to be reused.
+ *                        has to be reused.  (The warm-up round exists because
+ *                        even glibc's RSS keeps climbing through the first
+ *                        round, while its arenas are still being created.)
  * test_thread_churn_detached  detached threads that exit while other threads
  *                        are freeing their blocks. */
 #include <pthread.h>
