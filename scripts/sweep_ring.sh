@@ -174,7 +174,7 @@ TABLE=$(awk -F'\t' -v rings="${OK_RINGS[*]}" -v def="$DEFAULT_RING" -v benches="
     }' "$RAW")
 
 COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo "(no commit)")
-HEAD_LINE="L2_RING sweep, commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), median of $RUNS interleaved runs, $( [ $STATIC = 1 ] && echo "static NAME_hakmem binaries" || echo "NAME_system + LD_PRELOAD"); * = best per column; (+x%) = change against the default ring $DEFAULT_RING"
+HEAD_LINE="L2_RING sweep, commit $COMMIT, $(date -u '+%Y-%m-%d %H:%M UTC'), median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s), $( [ $STATIC = 1 ] && echo "static NAME_hakmem binaries" || echo "NAME_system + LD_PRELOAD"); * = best per column; (+x%) = change against the default ring $DEFAULT_RING"
 echo
 echo "$HEAD_LINE"
 echo
