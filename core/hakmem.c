@@ -125,6 +125,7 @@ void *hak_pvalloc(size_t size) {
  * junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
+    if (kind == HAK_CHUNK_NONE && hak_radix_in_use) kind = hak_chunk_kind_radix(p);
     if (kind == HAK_CHUNK_LARGE) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
@@ -145,7 +146,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 }
 
 void hak_free(void *p) {
-    unsigned kind = hak_chunk_kind(p);
+    unsigned kind = hak_chunk_kind_flat(p);
     if (hak_likely(kind == HAK_CHUNK_SS)) {
         hak_slab_t *s = hak_page_slab_of(p);
         hak_heap_t *h = hak_tls_heap;

@@ -220,6 +220,9 @@ typedef struct hak_heap {
 
 /* ---- globals and cross-file functions ------------------------------------ */
 extern uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
+HAK_INTERNAL extern bool hak_radix_in_use;
+HAK_INTERNAL unsigned hak_chunk_kind_radix(const void *p);
+HAK_INTERNAL void hak_chunk_map_select(int kind);
 extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
 extern hak_ring_t hak_empty_ring;
@@ -247,6 +250,8 @@ HAK_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
 HAK_INTERNAL void  hak_os_unmap(void *p, size_t len);
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
+HAK_INTERNAL void  hak_os_lock_all(void);
+HAK_INTERNAL void  hak_os_unlock_all(void);
 HAK_INTERNAL void  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
 

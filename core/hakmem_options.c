@@ -16,6 +16,7 @@ hak_options_t hak_opt = {
     .batch_tier_size = 64,
     .l2_ring_cap = POOL_L2_RING_CAP,
     .l25_ring_cap = POOL_L25_RING_CAP,
+    .ss_lookup_kind = HAK_LOOKUP_FLAT,
 };
 
 typedef struct {
@@ -23,19 +24,25 @@ typedef struct {
     int *value;
     int def, min, max;
     const char *help;
+    const char *const *words;   /* named values (index = value), or NULL */
 } option_t;
+
+static const char *const lookup_kinds[] = { "flat", "radix", NULL };
 
 static const option_t options[] = {
     { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
-      "1: print the effective settings on stderr at start-up" },
+      "1: print the effective settings on stderr at start-up", NULL },
     { "HAKMEM_STATS", &hak_opt.stats, 0, 0, 1,
-      "1: count allocations, frees, remote frees and refills per class; report at exit" },
+      "1: count allocations, frees, remote frees and refills per class; report at exit", NULL },
     { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
-      "refills of a size class between checks of its SuperSlab's tier (1: every refill)" },
+      "refills of a size class between checks of its SuperSlab's tier (1: every refill)", NULL },
     { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,
-      "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)" },
+      "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
-      "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)" },
+      "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL },
+    { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
+      "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
+      lookup_kinds },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -56,13 +63,26 @@ static bool parse_int(const char *s, long *out) {
 extern char **environ;
 
 void hak_options_init(void) {
-    char line[256];
+    char line[320];
     for (size_t i = 0; i < NOPTIONS; i++) {
         const option_t *o = &options[i];
         *o->value = o->def;
         const char *s = getenv(o->name);
         if (s == NULL) continue;
         long v;
+        if (o->words != NULL) {
+            int found = -1;
+            for (int w = 0; o->words[w] != NULL; w++)
+                if (strcmp(s, o->words[w]) == 0) found = w;
+            if (found >= 0) {
+                *o->value = found;
+            } else {
+                snprintf(line, sizeof line, "hakmem: %s=%s is not one of %s|%s; using %s\n",
+                         o->name, s, o->words[0], o->words[1], o->words[o->def]);
+                say(line);
+            }
+            continue;
+        }
         bool number = parse_int(s, &v);
         if (number && v >= o->min && v <= o->max) {
             *o->value = (int)v;
@@ -84,10 +104,15 @@ void hak_options_init(void) {
             say(line);
         }
     }
+    hak_chunk_map_select(hak_opt.ss_lookup_kind);
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
-            snprintf(line, sizeof line, "hakmem: %s=%d  (%s)\n", options[i].name,
-                     *options[i].value, options[i].help);
+            const option_t *o = &options[i];
+            if (o->words != NULL)
+                snprintf(line, sizeof line, "hakmem: %s=%s  (%s)\n", o->name, o->words[*o->value],
+                         o->help);
+            else
+                snprintf(line, sizeof line, "hakmem: %s=%d  (%s)\n", o->name, *o->value, o->help);
             say(line);
         }
         snprintf(line, sizeof line, "hakmem: built with POOL_L2_RING_CAP=%d POOL_L25_RING_CAP=%d\n",

@@ -9,8 +9,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* One byte per 4 MiB chunk of the 47-bit address space: 32 MiB of .bss that
- * stays untouched (and costs nothing) except where hakmem maps memory. */
 uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
 
 static inline void cpu_relax(void) {
@@ -77,11 +75,53 @@ void *hak_os_map_aligned(size_t len, size_t align) {
     return aligned;
 }
 
+/* ---- the chunk map, in two kinds -----------------------------------------
+ * flat:  hak_chunk_map, a byte per chunk, 32 MiB of .bss left untouched
+ *        except where hakmem maps memory.
+ * radix: RADIX_TOP pointers (64 KiB of .bss) to leaves of RADIX_LEAF bytes,
+ *        each covering 16 GiB, made on demand from metadata memory. */
+#define RADIX_LEAF_BITS 12
+#define RADIX_LEAF (1u << RADIX_LEAF_BITS)
+#define RADIX_TOP (HAK_MAP_ENTRIES >> RADIX_LEAF_BITS)
+
+bool hak_radix_in_use;
+static uint8_t *radix_top[RADIX_TOP];
+static hak_lock_t radix_lock;
+
+void hak_chunk_map_select(int kind) { hak_radix_in_use = kind != 0; }
+
+unsigned hak_chunk_kind_radix(const void *p) {
+    uintptr_t i = (uintptr_t)p >> HAK_CHUNK_SHIFT;
+    if (i >= HAK_MAP_ENTRIES) return HAK_CHUNK_NONE;
+    uint8_t *leaf = __atomic_load_n(&radix_top[i >> RADIX_LEAF_BITS], __ATOMIC_ACQUIRE);
+    if (leaf == NULL) return HAK_CHUNK_NONE;
+    return __atomic_load_n(&leaf[i & (RADIX_LEAF - 1)], __ATOMIC_RELAXED);
+}
+
+static void radix_set(uintptr_t i, uint8_t kind) {
+    uint8_t **slot = &radix_top[i >> RADIX_LEAF_BITS];
+    uint8_t *leaf = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (leaf == NULL) {
+        if (kind == HAK_CHUNK_NONE) return;
+        hak_lock(&radix_lock);
+        leaf = *slot;
+        if (leaf == NULL) {
+            leaf = hak_meta_alloc(RADIX_LEAF);
+            if (leaf == NULL) hak_fatal("out of memory for the chunk map at", (void *)(i << HAK_CHUNK_SHIFT));
+            __atomic_store_n(slot, leaf, __ATOMIC_RELEASE);
+        }
+        hak_unlock(&radix_lock);
+    }
+    __atomic_store_n(&leaf[i & (RADIX_LEAF - 1)], kind, __ATOMIC_RELEASE);
+}
+
 void hak_chunk_map_set(void *base, size_t len, uint8_t kind) {
     uintptr_t first = (uintptr_t)base >> HAK_CHUNK_SHIFT;
     uintptr_t last = ((uintptr_t)base + len - 1) >> HAK_CHUNK_SHIFT;
-    for (uintptr_t i = first; i <= last && i < HAK_MAP_ENTRIES; i++)
-        __atomic_store_n(&hak_chunk_map[i], kind, __ATOMIC_RELEASE);
+    for (uintptr_t i = first; i <= last && i < HAK_MAP_ENTRIES; i++) {
+        if (hak_radix_in_use) radix_set(i, kind);
+        else __atomic_store_n(&hak_chunk_map[i], kind, __ATOMIC_RELEASE);
+    }
 }
 
 /* Metadata (thread heaps) comes from 1 MiB mappings carved by a bump pointer
@@ -103,6 +143,17 @@ void *hak_meta_alloc(size_t size) {
     meta_cur += size;
     hak_unlock(&meta_lock);
     return r;   /* fresh mapping: already zero */
+}
+
+/* fork(): held across it, so the child never inherits them half-taken. */
+void hak_os_lock_all(void) {
+    hak_lock(&radix_lock);
+    hak_lock(&meta_lock);
+}
+
+void hak_os_unlock_all(void) {
+    hak_unlock(&meta_lock);
+    hak_unlock(&radix_lock);
 }
 
 void hak_fatal(const char *what, const void *p) {
