@@ -139,7 +139,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
         else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
-        else hak_pool_free(h, s->cls, p);
+        else hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
         return;
     }
     __libc_free(p);
@@ -152,7 +152,7 @@ void hak_free(void *p) {
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->owner == h)) {
             if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);
-            else hak_pool_free(h, s->cls, p);
+            else hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
             return;
         }
     }
@@ -214,7 +214,10 @@ void *hak_reallocarray(void *p, size_t n, size_t size) {
 /* ---- introspection and maintenance ------------------------------------------------- */
 hak_tier_t hak_tier_of(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS) return (hak_tier_t)hak_slab_of(p)->tier;
+    if (kind == HAK_CHUNK_SS) {
+        unsigned t = hak_slab_of(p)->tier;
+        return t == HAK_TIER_TINY_C2 ? HAK_TIER_TINY : (hak_tier_t)t;
+    }
     if (kind == HAK_CHUNK_LARGE && hak_large_valid(p)) return HAK_TIER_LARGE;
     return HAK_TIER_NONE;
 }

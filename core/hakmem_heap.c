@@ -8,6 +8,7 @@
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 #include "box/pool_ring_box.h"
+#include "box/tiny_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
@@ -22,8 +23,8 @@ static __thread bool tls_thread_done;   /* heap already abandoned at exit */
  * a thread's first malloc falls into the slow path with no extra test. */
 hak_slab_t hak_empty_slab;
 hak_heap_t hak_empty_heap = {
-    .queue_head = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_slab },
-    .ring = { [0 ... HAK_L2_CLASSES + HAK_L25_CLASSES - 1] = &hak_empty_ring },
+    .queue_head = { [0 ... HAK_NUM_CLASSES] = &hak_empty_slab },
+    .ring = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_ring },
 };
 
 static hak_lock_t heap_lock;           /* heaps_all, heaps_abandoned */
@@ -78,6 +79,7 @@ static void heap_sweep(hak_heap_t *h) {
 static void heap_flush_rings(hak_heap_t *h) {
     for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
         hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+    hak_c2_flush(h, 0);
 }
 
 /* ---- heap life cycle ------------------------------------------------------- */
@@ -90,6 +92,7 @@ static hak_heap_t *heap_new(void) {
         h->queue_head[c] = &hak_empty_slab;
         h->tier_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
     }
+    h->queue_head[HAK_C2_CLASS] = hak_opt.tiny_c2_cache ? &h->c2_cache : &hak_empty_slab;
     hak_pool_init_heap(h);
     h->dirty_budget = 64;        /* pages: DIRTY_MIN in hakmem_superslab.c */
     h->next_all = heaps_all;

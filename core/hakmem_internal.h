@@ -107,6 +107,18 @@
 #define HAK_L2_FIRST      HAK_TINY_CLASSES
 #define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 
+/* HAKMEM_TINY_C2_LOCAL_CACHE=1: requests of 17..32 B map to this pseudo
+ * class, whose queue head is the heap's c2_cache, a slab-shaped LIFO list
+ * of up to HAK_C2_CACHE_CAP blocks of class 1 (32 B) taken from any of the
+ * heap's slabs.  malloc pops it with the ordinary Tiny fast path; a free of a
+ * class-1 block (its slab has tier HAK_TIER_TINY_C2, so it is not taken for
+ * Tiny) reaches class 1's empty ring and is pushed there.  Off, nothing maps
+ * here and the fast paths are unchanged. */
+#define HAK_C2_CLASS      HAK_NUM_CLASSES
+#define HAK_C2_REAL_CLASS 1
+#define HAK_C2_CACHE_CAP  64
+#define HAK_TIER_TINY_C2  5
+
 /* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
  * (a 1 MiB class keeps 2 blocks, not 16). */
 #define HAK_L25_RING_BUDGET (1u << 20)
@@ -192,10 +204,12 @@ enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2, HAK_HEAP_ORPHANED = 3 };
 typedef struct hak_heap {
     /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
      * entry points at a slab, the empty sentinel when the queue is empty. */
-    hak_slab_t      *queue_head[HAK_NUM_CLASSES];
+    hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
     hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
-    /* The ring of each L2 / L2.5 class (an empty ring in the empty heap). */
-    hak_ring_t      *ring[HAK_L2_CLASSES + HAK_L25_CLASSES];
+    /* The ring of each L2 / L2.5 class (an empty ring in the empty heap);
+     * Tiny classes have the empty ring (cap 0): a free that reaches it is a
+     * HAKMEM_TINY_C2_LOCAL_CACHE block (hak_pool_free_ring_full). */
+    hak_ring_t      *ring[HAK_NUM_CLASSES];
     /* Written by other threads: a line of its own. */
     _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));
     char             pad_notify[64 - sizeof(void *)];
@@ -214,6 +228,7 @@ typedef struct hak_heap {
     int              state;
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
+    hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
 } hak_heap_t;
@@ -287,6 +302,9 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
 
 /* Tiny (hakmem_tiny.c) */
 HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
+HAK_INTERNAL void hak_c2_free_full(hak_heap_t *h, void *p);
+HAK_INTERNAL void hak_c2_flush(hak_heap_t *h, unsigned keep);
+HAK_INTERNAL void hak_size_class_enable_c2(void);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls);

@@ -40,6 +40,8 @@ static const option_t options[] = {
       "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
       "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL },
+    { "HAKMEM_TINY_C2_LOCAL_CACHE", &hak_opt.tiny_c2_cache, 0, 0, 1,
+      "1: a 64-block thread-local cache in front of the 32-byte Tiny class", NULL },
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
       "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
       lookup_kinds },
@@ -105,6 +107,7 @@ void hak_options_init(void) {
         }
     }
     hak_chunk_map_select(hak_opt.ss_lookup_kind);
+    if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];

@@ -46,6 +46,10 @@ void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
 }
 
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
+    if (r->cap == 0) {              /* a Tiny class: the 32-byte cache */
+        hak_c2_free(h, p);
+        return;
+    }
     hak_pool_ring_flush(h, r, r->cap / 2);
     r->slot[r->count++] = p;
 }
@@ -53,12 +57,13 @@ void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
 hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
 
 void hak_pool_init_heap(hak_heap_t *h) {
+    for (unsigned c = 0; c < HAK_L2_FIRST; c++) h->ring[c] = &hak_empty_ring;
     for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
         h->l2[i].r.cap = (uint32_t)hak_opt.l2_ring_cap;
-        h->ring[i] = &h->l2[i].r;
+        h->ring[HAK_L2_FIRST + i] = &h->l2[i].r;
     }
     for (unsigned i = 0; i < HAK_L25_CLASSES; i++) {
         h->l25[i].r.cap = hak_l25_ring_cap(HAK_L25_FIRST + i);
-        h->ring[HAK_L2_CLASSES + i] = &h->l25[i].r;
+        h->ring[HAK_L25_FIRST + i] = &h->l25[i].r;
     }
 }

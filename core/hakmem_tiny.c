@@ -1,20 +1,67 @@
 /* Tiny tier (<= 1024 B): the fast paths are in box/tiny_box.h; this is the
  * slow path, taken when the class's current slab has no free block. */
 #include "hakmem_internal.h"
+#include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
 
+/* ---- HAKMEM_TINY_C2_LOCAL_CACHE ---------------------------------------------- */
+/* Blocks leave the cache for their slabs, keeping the newest `keep`. */
+void hak_c2_flush(hak_heap_t *h, unsigned keep) {
+    hak_slab_t *c = &h->c2_cache;
+    hak_block_t **link = &c->free;
+    for (unsigned i = 0; i < keep && *link != NULL; i++) link = &(*link)->next;
+    hak_block_t *b = *link;
+    *link = NULL;
+    while (b != NULL) {
+        hak_block_t *next = b->next;
+        hak_tiny_free(h, hak_slab_of(b), b);
+        c->used++;
+        b = next;
+    }
+}
+
+void hak_c2_free_full(hak_heap_t *h, void *p) {
+    hak_c2_flush(h, HAK_C2_CACHE_CAP / 2);
+    hak_c2_free(h, p);
+}
+
+/* The cache ran dry: half a cache of blocks from the class's slabs. */
+static void *c2_refill(hak_heap_t *h) {
+    void *got[HAK_C2_CACHE_CAP / 2];
+    unsigned n = hak_class_take(h, HAK_C2_REAL_CLASS, got, HAK_C2_CACHE_CAP / 2);
+    if (n == 0) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    hak_slab_t *c = &h->c2_cache;
+    for (unsigned i = 1; i < n; i++) {
+        hak_block_t *b = got[i];
+        b->next = c->free;
+        c->free = b;
+        c->used--;
+    }
+    return got[0];
+}
+
+void hak_size_class_enable_c2(void) {
+    /* sizes 17..32 are entry 2 of the Tiny table */
+    hak_tiny_class_of[2] = HAK_C2_CLASS;
+}
+
 void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls) {
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
-        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[cls]);
-        void *p = hak_tiny_alloc(h, hak_class_block_size[cls]);
-        if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
+        unsigned real = cls == HAK_C2_CLASS ? HAK_C2_REAL_CLASS : cls;
+        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[real]);
+        void *p = hak_tiny_alloc(h, hak_class_block_size[real]);
+        if (hak_opt.stats && p != NULL) hak_stats_alloc(real, hak_class_block_size[real]);
         return p;
     }
+    if (cls == HAK_C2_CLASS) return c2_refill(h);
     void *p;
     if (hak_class_take(h, cls, &p, 1) == 1) return p;
     errno = ENOMEM;

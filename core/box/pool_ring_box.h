@@ -7,7 +7,7 @@
 #include "hakmem_internal.h"
 
 static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
-    return h->ring[cls - HAK_L2_FIRST];
+    return h->ring[cls];
 }
 
 static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
