@@ -42,6 +42,8 @@ static const option_t options[] = {
       "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL },
     { "HAKMEM_TINY_C2_LOCAL_CACHE", &hak_opt.tiny_c2_cache, 0, 0, 1,
       "1: a 64-block thread-local cache in front of the 32-byte Tiny class", NULL },
+    { "HAKMEM_MID_INUSE_DEFERRED", &hak_opt.mid_inuse_deferred, 0, 0, 1,
+      "1: L2 ring flushes batch the slabs' in-use decrements per slab", NULL },
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
       "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
       lookup_kinds },

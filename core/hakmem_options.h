@@ -13,6 +13,7 @@ typedef struct {
     int l25_ring_cap;       /* HAKMEM_L25_RING_CAP: L2.5 ring slots, <= POOL_L25_RING_CAP */
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */
     int tiny_c2_cache;      /* HAKMEM_TINY_C2_LOCAL_CACHE: cache for 32 B blocks */
+    int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
 } hak_options_t;
 
 extern hak_options_t hak_opt;

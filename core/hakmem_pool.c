@@ -29,9 +29,52 @@ void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
     return r->slot[got - 1];
 }
 
+/* HAKMEM_MID_INUSE_DEFERRED=1: a flush of L2 blocks pushes each onto its
+ * slab's free list at once but gathers the in-use decrements per slab in a
+ * small direct-mapped table (O(1): indexed by the slab's address), applied
+ * when a slot is needed by another slab and when the flush ends. */
+#define DEFER_SLOTS 16
+
+typedef struct { hak_slab_t *slab; uint32_t n; } deferred_t;
+
+static void defer_apply(hak_heap_t *h, deferred_t *d) {
+    hak_slab_t *s = d->slab;
+    if (s == NULL) return;
+    uint32_t used = (s->used & ~HAK_SLAB_FULL) - d->n;
+    bool purge = hak_slab_purge_due(s, used);
+    s->used -= d->n;
+    if (used == 0 || (s->used & HAK_SLAB_FULL)) hak_slab_free_slow(h, s);
+    else if (purge) hak_slab_purge(s);
+    d->slab = NULL;
+}
+
+static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n) {
+    deferred_t d[DEFER_SLOTS] = { { NULL, 0 } };
+    for (unsigned i = 0; i < n; i++) {
+        hak_block_t *b = blocks[i];
+        hak_slab_t *s = hak_slab_of(b);
+        b->next = s->free;
+        s->free = b;
+        deferred_t *slot = &d[((uintptr_t)s >> 6) % DEFER_SLOTS];
+        if (slot->slab != s) {
+            defer_apply(h, slot);
+            slot->slab = s;
+            slot->n = 0;
+        }
+        slot->n++;
+    }
+    for (unsigned i = 0; i < DEFER_SLOTS; i++) defer_apply(h, &d[i]);
+}
+
 /* Return the oldest blocks to their slabs, keeping the newest `keep`. */
 void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
+    if (hak_opt.mid_inuse_deferred && n != 0 && hak_slab_of(r->slot[0])->tier == HAK_TIER_L2) {
+        flush_deferred(h, r->slot, n);
+        memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
+        r->count -= n;
+        return;
+    }
     for (unsigned i = 0; i < n; i++) {
         void *p = r->slot[i];
         hak_slab_t *s = hak_slab_of(p);
