@@ -133,8 +133,8 @@ static void heap_abandon_locked(hak_heap_t *h) {
  * takes a slow path that counts it: statistics cost nothing when off. */
 hak_heap_t *hak_heap_for_thread(void) {
     hak_ensure_init();
-    if (tls_thread_done) return NULL;
     if (hak_tls_owner != NULL) return hak_tls_owner;
+    if (tls_thread_done) return NULL;
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
     if (h != NULL) {
@@ -222,7 +222,8 @@ void *hak_alloc_without_heap(size_t size) {
     hak_heap_t *h = heap_take_locked();
     void *p = NULL;
     if (h != NULL) {
-        hak_tls_heap = hak_tls_owner = h;
+        hak_tls_owner = h;
+        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted in the slow path */
         h->keep_spares = true;
         p = hak_malloc(size);
         hak_tls_heap = &hak_empty_heap;

@@ -195,13 +195,17 @@ void *hak_large_realloc(void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
+    /* Retag before the move: once mremap has unmapped the old range another
+     * thread may map it and tag it, and a late clear would erase that tag. */
+    hak_chunk_map_set(nb, new_len, HAK_CHUNK_LARGE);
+    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
     if (mremap(base, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, nb) == MAP_FAILED) {
+        hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
+        hak_chunk_map_set(nb, new_len, HAK_CHUNK_NONE);
         hak_os_unmap(nb, new_len);
         errno = ENOMEM;
         return NULL;
     }
-    hak_chunk_map_set(nb, new_len, HAK_CHUNK_LARGE);
-    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
     atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
     char *np = nb + off;
     large_hdr_t *nh = hdr_of(np);

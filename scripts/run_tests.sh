@@ -4,10 +4,10 @@
 #   scripts/run_tests.sh            (from anywhere; works in the repo root)
 #
 # Runs build/tests/unit/* and build/tests/stress/* (each bounded by
-# TEST_TIMEOUT seconds, default 300), then stress/test_tiers and
-# stress/test_remote_free again under HAKMEM_BATCH_TIER_SIZE=1 and =256 (the
-# ends of its range; each run is its own entry, named with the setting in
-# brackets), sums the cmocka counts of each binary
+# TEST_TIMEOUT seconds, default 300), then all of them again under each
+# non-default setting of every run-time gate (MATRIX_SETTINGS below; each run
+# is its own entry, named with the setting in brackets; MATRIX=0 skips this),
+# sums the cmocka counts of each binary
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
 # scripts/run_apps.sh ./libhakmem.so, where every app counts as one test.  A
 # binary that crashes or times out counts as failed.  Ends with the line
@@ -71,9 +71,9 @@ run_binary() {
     TOTAL_PASS=$((TOTAL_PASS + passed))
     TOTAL_FAIL=$((TOTAL_FAIL + failed))
     if [ "$failed" -eq 0 ]; then
-        printf 'PASS %-32s %3d passed (%ss)\n' "$name" "$passed" "$secs"
+        printf 'PASS %-56s %3d passed (%ss)\n' "$name" "$passed" "$secs"
     else
-        printf 'FAIL %-32s %3d passed, %d failed (%ss)%s\n' "$name" "$passed" "$failed" "$secs" "$note"
+        printf 'FAIL %-56s %3d passed, %d failed (%ss)%s\n' "$name" "$passed" "$failed" "$secs" "$note"
         echo "----- last lines of $name:"
         tail -n 40 "$log"
         echo "-----"
@@ -94,12 +94,26 @@ for b in "${BINS[@]}"; do
     run_binary "$b"
 done
 
-# The SuperSlab tier checks at both ends of their batching range.
-for setting in HAKMEM_BATCH_TIER_SIZE=1 HAKMEM_BATCH_TIER_SIZE=256; do
-    for b in build/tests/stress/test_tiers build/tests/stress/test_remote_free; do
-        [ -f "$b" ] && [ -x "$b" ] && run_binary "$b" "$setting"
+# The gate matrix: every unit and stress test again under each non-default
+# setting of every run-time gate (docs/ENV_VARS.md; numeric gates at the ends
+# of their ranges).  MATRIX=0 skips it for a quick run.
+MATRIX_SETTINGS=(
+    HAKMEM_STATS=1
+    HAKMEM_BATCH_TIER_SIZE=1
+    HAKMEM_BATCH_TIER_SIZE=256
+    HAKMEM_L2_RING_CAP=1
+    HAKMEM_L25_RING_CAP=1
+    HAKMEM_TINY_C2_LOCAL_CACHE=1
+    HAKMEM_MID_INUSE_DEFERRED=1
+    HAKMEM_SS_LOOKUP_KIND=radix
+)
+if [ "${MATRIX:-1}" != 0 ]; then
+    for setting in "${MATRIX_SETTINGS[@]}"; do
+        for b in "${BINS[@]}"; do
+            run_binary "$b" "$setting"
+        done
     done
-done
+fi
 
 # Real applications, one test each.
 APPS_LOG="$LOGDIR/apps.log"
