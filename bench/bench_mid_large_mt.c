@@ -19,17 +19,11 @@
  * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define PROG          "bench_mid_large_mt"
+#include "bench_common.h"
+
 #define EXTRA_SPAN    2049u           /* extra bytes 0..2048 */
 #define THREADS_LIMIT 4096u
 #define WS_LIMIT      (1u << 24)
@@ -59,58 +53,6 @@ static void usage(FILE *f)
             "  ws       table slots per thread, 1..%u\n"
             "  seed     PRNG seed (non-negative integer); thread i uses seed+i\n",
             THREADS_LIMIT, WS_LIMIT);
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    if ((uint64_t)v < lo || (uint64_t)v > hi)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static void arg_or_die(int argc, char **argv, int i, const char *name,
-                       uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (i >= argc)
-        return;
-    if (parse_u64(argv[i], lo, hi, out) != 0) {
-        if (hi == UINT64_MAX)
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
-                    name, argv[i], lo);
-        else
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
-                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
-        usage(stderr);
-        exit(2);
-    }
-}
-
-/* Fatal error from any thread: report and leave without running exit
- * handlers while other threads may still be allocating. */
-static void fatal(void)
-{
-    fflush(stderr);
-    _exit(1);
-}
-
-/* splitmix64 */
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static inline uint64_t cookie_of(const void *p, uint32_t idx, unsigned thr)
@@ -160,7 +102,7 @@ static void *worker_main(void *arg)
 
     for (uint64_t i = 0; i < cycles; i++) {
         uint64_t r = rng_next(&rng);
-        uint32_t idx = (uint32_t)(((r >> 32) * nslots) >> 32);
+        uint32_t idx = (uint32_t)below(r, nslots);
         struct slot *s = &tab[idx];
         if (s->p != NULL) {
             check(s, idx, thr, i);
@@ -185,26 +127,11 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     uint64_t nthreads = 2, seed = 42;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage(stderr);
-        return 0;
-    }
-    if (argc > 5) {
-        fprintf(stderr, PROG ": too many arguments\n");
-        usage(stderr);
-        return 2;
-    }
+    bench_check_args(argc, argv, 4);
     arg_or_die(argc, argv, 1, "threads", 1, THREADS_LIMIT, &nthreads);
     arg_or_die(argc, argv, 2, "cycles", 1, UINT64_MAX, &g_cycles);
     arg_or_die(argc, argv, 3, "ws", 1, WS_LIMIT, &g_ws);

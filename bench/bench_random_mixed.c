@@ -13,15 +13,9 @@
  * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
-#include <errno.h>
-#include <inttypes.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
 #define PROG     "bench_random_mixed"
+#include "bench_common.h"
+
 #define SZ_MIN   16u
 #define SZ_MAX   1040u
 #define SZ_SPAN  (SZ_MAX - SZ_MIN + 1u)
@@ -40,51 +34,6 @@ static void usage(FILE *f)
             "  ws      number of table slots, 1..%u\n"
             "  seed    PRNG seed (non-negative integer)\n",
             WS_LIMIT);
-}
-
-/* Parse a decimal integer made only of digits, within [lo, hi]. */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    if ((uint64_t)v < lo || (uint64_t)v > hi)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static void arg_or_die(int argc, char **argv, int i, const char *name,
-                       uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (i >= argc)
-        return;
-    if (parse_u64(argv[i], lo, hi, out) != 0) {
-        if (hi == UINT64_MAX)
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
-                    name, argv[i], lo);
-        else
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
-                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
-        usage(stderr);
-        exit(2);
-    }
-}
-
-/* splitmix64: tiny, fast, accepts any state. */
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* Value stored in a block's first 8 bytes; depends on the address and the
@@ -121,26 +70,11 @@ static void check(const struct slot *s, uint32_t idx, uint64_t step)
     }
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     uint64_t cycles = 10000000, ws = 8192, seed = 42;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage(stderr);
-        return 0;
-    }
-    if (argc > 4) {
-        fprintf(stderr, PROG ": too many arguments\n");
-        usage(stderr);
-        return 2;
-    }
+    bench_check_args(argc, argv, 3);
     arg_or_die(argc, argv, 1, "cycles", 1, UINT64_MAX, &cycles);
     arg_or_die(argc, argv, 2, "ws", 1, WS_LIMIT, &ws);
     arg_or_die(argc, argv, 3, "seed", 0, UINT64_MAX, &seed);
@@ -157,7 +91,7 @@ int main(int argc, char **argv)
     double t0 = now_sec();
     for (uint64_t i = 0; i < cycles; i++) {
         uint64_t r = rng_next(&rng);
-        uint32_t idx = (uint32_t)(((r >> 32) * nslots) >> 32);
+        uint32_t idx = (uint32_t)below(r, nslots);
         struct slot *s = &tab[idx];
         if (s->p != NULL) {
             check(s, idx, i);

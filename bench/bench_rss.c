@@ -51,18 +51,12 @@
  * Exit status: 0 ok, 1 allocation failure / corruption / system error,
  * 2 bad arguments. */
 
-#include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
 #define PROG          "bench_rss"
+#include "bench_common.h"
+
 #define MIB           (1024.0 * 1024.0)
 #define TOTAL_LIMIT   (1u << 20)       /* MiB */
 #define SETTLE_LIMIT  3600000u         /* ms */
@@ -88,57 +82,6 @@ static void usage(FILE *f)
             "  settle_ms  how long to poll RSS after each free phase, 0..%u ms\n"
             "  small_pct  share of the bytes in blocks of 16..4096 B, 1..99\n",
             TOTAL_LIMIT, SETTLE_LIMIT);
-}
-
-/* Parse a decimal integer made only of digits, within [lo, hi]. */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    if ((uint64_t)v < lo || (uint64_t)v > hi)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static void arg_or_die(int argc, char **argv, int i, const char *name,
-                       uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (i >= argc)
-        return;
-    if (parse_u64(argv[i], lo, hi, out) != 0) {
-        if (hi == UINT64_MAX)
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
-                    name, argv[i], lo);
-        else
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
-                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
-        usage(stderr);
-        exit(2);
-    }
-}
-
-/* splitmix64: tiny, fast, accepts any state. */
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) from the upper 32 bits of r (n <= 2^32). */
-static inline uint64_t below(uint64_t r, uint64_t n)
-{
-    return ((r >> 32) * n) >> 32;
 }
 
 /* Log-uniform size in [2^lo, 2^hi]: exponent e uniform in [lo, hi), then a
@@ -215,13 +158,6 @@ static void check(const struct block *b)
         fputc('\n', stderr);
         exit(1);
     }
-}
-
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- RSS ----------------------------------------------------------------- */
@@ -342,15 +278,7 @@ int main(int argc, char **argv)
 {
     uint64_t total_mib = 512, seed = 42, settle_ms = 500;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage(stderr);
-        return 0;
-    }
-    if (argc > 5) {
-        fprintf(stderr, PROG ": too many arguments\n");
-        usage(stderr);
-        return 2;
-    }
+    bench_check_args(argc, argv, 4);
     arg_or_die(argc, argv, 1, "total_mib", 1, TOTAL_LIMIT, &total_mib);
     arg_or_die(argc, argv, 2, "seed", 0, UINT64_MAX, &seed);
     arg_or_die(argc, argv, 3, "settle_ms", 0, SETTLE_LIMIT, &settle_ms);

@@ -29,16 +29,11 @@
  * Queue statistics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #define PROG          "bench_xthread"
+#include "bench_common.h"
+
 #define QCAP          64u
 #define SECONDS_LIMIT 86400u
 #define SIZE_LIMIT    (1u << 26)     /* 64 MiB */
@@ -85,51 +80,6 @@ static void usage(FILE *f)
             SECONDS_LIMIT, SIZE_LIMIT, SIZE_LIMIT, BATCH_LIMIT);
 }
 
-/* Parse a decimal integer made only of digits, within [lo, hi]. */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    if ((uint64_t)v < lo || (uint64_t)v > hi)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static void arg_or_die(int argc, char **argv, int i, const char *name,
-                       uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (i >= argc)
-        return;
-    if (parse_u64(argv[i], lo, hi, out) != 0) {
-        if (hi == UINT64_MAX)
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
-                    name, argv[i], lo);
-        else
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
-                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
-        usage(stderr);
-        exit(2);
-    }
-}
-
-/* splitmix64: tiny, fast, accepts any state. */
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t cookie_of(const void *p, uint32_t size, uint64_t seq)
 {
     return ((uint64_t)(uintptr_t)p ^ 0x3C6EF372FE94F82Bull) +
@@ -166,13 +116,6 @@ static inline void check(const struct item *it, uint64_t seq)
     }
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *producer(void *arg)
 {
     (void)arg;
@@ -190,7 +133,7 @@ static void *producer(void *arg)
         s->first_seq = seq;
         for (uint32_t i = 0; i < g_batch; i++) {
             uint64_t r = rng_next(&rng);
-            uint32_t size = (uint32_t)(g_min + (((r >> 32) * span) >> 32));
+            uint32_t size = (uint32_t)(g_min + below(r, span));
             unsigned char *p = malloc(size);
             if (p == NULL) {
                 fprintf(stderr, PROG ": malloc(%" PRIu32 ") failed after %" PRIu64
@@ -265,15 +208,7 @@ static void *consumer(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage(stderr);
-        return 0;
-    }
-    if (argc > 6) {
-        fprintf(stderr, PROG ": too many arguments\n");
-        usage(stderr);
-        return 2;
-    }
+    bench_check_args(argc, argv, 5);
     arg_or_die(argc, argv, 1, "seconds", 1, SECONDS_LIMIT, &g_seconds);
     arg_or_die(argc, argv, 2, "min", 1, SIZE_LIMIT, &g_min);
     arg_or_die(argc, argv, 3, "max", g_min, SIZE_LIMIT, &g_max);

@@ -26,20 +26,14 @@
  * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation/thread failure
  * or detected heap corruption, 2 bad arguments. */
 
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define PROG          "larson"
+#include "bench_common.h"
+
 #define THREADS_LIMIT 4096u
 #define SECONDS_LIMIT 86400u
 #define SIZE_LIMIT    (1u << 30)
@@ -78,56 +72,6 @@ static void usage(FILE *f)
             "  seed               PRNG seed (non-negative integer); chain i uses seed+i\n"
             "  threads            concurrent chains, 1..%u\n",
             SECONDS_LIMIT, SIZE_LIMIT, BLOCKS_LIMIT, THREADS_LIMIT);
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1;
-    for (const char *c = s; *c; c++)
-        if (*c < '0' || *c > '9')
-            return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    if ((uint64_t)v < lo || (uint64_t)v > hi)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static void arg_or_die(int argc, char **argv, int i, const char *name,
-                       uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (i >= argc)
-        return;
-    if (parse_u64(argv[i], lo, hi, out) != 0) {
-        if (hi == UINT64_MAX)
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
-                    name, argv[i], lo);
-        else
-            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
-                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
-        usage(stderr);
-        exit(2);
-    }
-}
-
-static void fatal(void)
-{
-    fflush(stderr);
-    _exit(1);
-}
-
-/* splitmix64 */
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* Byte written at the start of a block; depends on address, slot and chain. */
@@ -175,7 +119,7 @@ static void *chain_thread(void *arg)
 
     for (uint64_t i = 0; i < rounds; i++) {
         uint64_t r = rng_next(&rng);
-        uint32_t idx = (uint32_t)(((r >> 32) * nblocks) >> 32);
+        uint32_t idx = (uint32_t)below(r, nblocks);
         struct slot *s = &tab[idx];
         check(s, idx, ch, "before free");
         free(s->p);
@@ -221,13 +165,6 @@ static void *chain_thread(void *arg)
     return NULL;
 }
 
-static double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_sec(uint64_t secs)
 {
     struct timespec ts = { .tv_sec = (time_t)secs, .tv_nsec = 0 };
@@ -239,15 +176,7 @@ int main(int argc, char **argv)
 {
     uint64_t seconds = 2, seed = 42, nthreads = 2;
 
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        usage(stderr);
-        return 0;
-    }
-    if (argc > 8) {
-        fprintf(stderr, PROG ": too many arguments\n");
-        usage(stderr);
-        return 2;
-    }
+    bench_check_args(argc, argv, 7);
     arg_or_die(argc, argv, 1, "seconds", 1, SECONDS_LIMIT, &seconds);
     arg_or_die(argc, argv, 2, "min", 1, SIZE_LIMIT, &g_min);
     arg_or_die(argc, argv, 3, "max", 1, SIZE_LIMIT, &g_max);

@@ -9,19 +9,10 @@
  * valloc and pvalloc return page-aligned blocks, pvalloc rounding the size up
  * to a whole page. */
 #include <errno.h>
-#include <malloc.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <pthread.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "hakmem.h"
+#define TIER_COMMON_OWN_API /* api_t below */
+#include "tier_common.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -37,59 +28,12 @@ typedef struct {
     size_t (*usable)(const void *);
 } api_t;
 
-static size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
 static api_t API_STD = { posix_memalign, aligned_alloc, memalign, valloc, pvalloc,
                          realloc, free, std_usable };
 static api_t API_HAK = { hak_posix_memalign, hak_aligned_alloc, hak_memalign, hak_valloc,
                          hak_pvalloc, hak_realloc, hak_free, hak_usable_size };
 
-#define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
-
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
-
-static uint64_t pat_word(uint64_t seed, size_t i)
-{
-    uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xD6E8FEB86659FD93ull;
-    return x ^ (x >> 29);
-}
-
-/* Byte i of the pattern, the same whether written by words or bytes. */
-static unsigned char pat_byte(uint64_t seed, size_t i)
-{
-    uint64_t w = pat_word(seed, i & ~(size_t)7);
-    unsigned char b[8];
-    memcpy(b, &w, 8);
-    return b[i & 7];
-}
-
-static void pat_fill(void *p, size_t n, uint64_t seed)
-{
-    unsigned char *c = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w = pat_word(seed, i);
-        memcpy(c + i, &w, 8);
-    }
-    for (; i < n; i++)
-        c[i] = pat_byte(seed, i);
-}
-
-/* Returns n when intact, else (roughly) where the damage starts. */
-static size_t pat_check(const void *p, size_t n, uint64_t seed)
-{
-    const unsigned char *c = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w = pat_word(seed, i), v;
-        memcpy(&v, c + i, 8);
-        if (v != w)
-            return i;
-    }
-    for (; i < n; i++)
-        if (c[i] != pat_byte(seed, i))
-            return i;
-    return n;
-}
 
 typedef struct {
     void *p;

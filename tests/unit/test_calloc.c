@@ -5,18 +5,9 @@
  * overflow and unsatisfiable requests give NULL with errno ENOMEM;
  * calloc(0, n) gives a unique, freeable, non-NULL pointer. */
 #include <errno.h>
-#include <malloc.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <cmocka.h>
 
-#include "hakmem.h"
+#define TIER_COMMON_OWN_API /* api_t below */
+#include "tier_common.h"
 
 #define MiB ((size_t)1024 * 1024)
 
@@ -27,31 +18,8 @@ typedef struct {
     size_t (*usable)(const void *);
 } api_t;
 
-static size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
 static api_t API_STD = { malloc, free, calloc, std_usable };
 static api_t API_HAK = { hak_malloc, hak_free, hak_calloc, hak_usable_size };
-
-#define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
-
-static hak_tier_t expected_tier(size_t n)
-{
-    if (n <= 1024) return HAK_TIER_TINY;
-    if (n <= 53248) return HAK_TIER_L2;
-    if (n <= 1048576) return HAK_TIER_L25;
-    return HAK_TIER_LARGE;
-}
-
-static const char *tier_name(int t)
-{
-    switch (t) {
-    case HAK_TIER_NONE: return "NONE";
-    case HAK_TIER_TINY: return "TINY";
-    case HAK_TIER_L2: return "L2";
-    case HAK_TIER_L25: return "L2.5";
-    case HAK_TIER_LARGE: return "LARGE";
-    default: return "?";
-    }
-}
 
 /* Offset of the first non-zero byte, or n. */
 static size_t first_nonzero(const void *p, size_t n)

@@ -6,17 +6,9 @@
  * working; aligned_alloc with an alignment that is not a power of two returns
  * NULL; free(NULL) does nothing; free() does not disturb errno. */
 #include <errno.h>
-#include <malloc.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <cmocka.h>
 
-#include "hakmem.h"
+#define TIER_COMMON_OWN_API /* api_t below */
+#include "tier_common.h"
 
 #define MiB ((size_t)1024 * 1024)
 
@@ -27,11 +19,8 @@ typedef struct {
     size_t (*usable)(const void *);
 } api_t;
 
-static size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
 static api_t API_STD = { malloc, free, aligned_alloc, std_usable };
 static api_t API_HAK = { hak_malloc, hak_free, hak_aligned_alloc, hak_usable_size };
-
-#define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
 
 /* ------------------------------------------------------------------------ */
 

@@ -7,45 +7,16 @@
  * memory).  Blocks from glibc (__libc_malloc) handed to free()/realloc()/
  * malloc_usable_size() are passed on to glibc. */
 #include <errno.h>
-#include <malloc.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <cmocka.h>
 
-#include "hakmem.h"
+#define TIER_COMMON_OWN_API /* no api_t */
+#include "tier_common.h"
 
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 
 #define MiB ((size_t)1024 * 1024)
-
-static hak_tier_t expected_tier(size_t n)
-{
-    if (n <= 1024) return HAK_TIER_TINY;
-    if (n <= 53248) return HAK_TIER_L2;
-    if (n <= 1048576) return HAK_TIER_L25;
-    return HAK_TIER_LARGE;
-}
-
-static const char *tier_name(int t)
-{
-    switch (t) {
-    case HAK_TIER_NONE: return "NONE";
-    case HAK_TIER_TINY: return "TINY";
-    case HAK_TIER_L2: return "L2";
-    case HAK_TIER_L25: return "L2.5";
-    case HAK_TIER_LARGE: return "LARGE";
-    default: return "?";
-    }
-}
 
 #define EXPECT_NONE(ptr, what)                                                  \
     do {                                                                        \

@@ -7,17 +7,9 @@
  * realloc(p, 0) does not crash (glibc frees p and returns NULL; anything else
  * returned must be freeable). */
 #include <errno.h>
-#include <malloc.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <cmocka.h>
 
-#include "hakmem.h"
+#define TIER_COMMON_OWN_API /* api_t below */
+#include "tier_common.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -30,77 +22,8 @@ typedef struct {
     size_t (*usable)(const void *);
 } api_t;
 
-static size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
 static api_t API_STD = { malloc, free, realloc, reallocarray, std_usable };
 static api_t API_HAK = { hak_malloc, hak_free, hak_realloc, hak_reallocarray, hak_usable_size };
-
-#define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
-
-static hak_tier_t expected_tier(size_t n)
-{
-    if (n <= 1024) return HAK_TIER_TINY;
-    if (n <= 53248) return HAK_TIER_L2;
-    if (n <= 1048576) return HAK_TIER_L25;
-    return HAK_TIER_LARGE;
-}
-
-static const char *tier_name(int t)
-{
-    switch (t) {
-    case HAK_TIER_NONE: return "NONE";
-    case HAK_TIER_TINY: return "TINY";
-    case HAK_TIER_L2: return "L2";
-    case HAK_TIER_L25: return "L2.5";
-    case HAK_TIER_LARGE: return "LARGE";
-    default: return "?";
-    }
-}
-
-static uint64_t pat_word(uint64_t seed, size_t i)
-{
-    uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xD6E8FEB86659FD93ull;
-    return x ^ (x >> 29);
-}
-
-/* Byte i of the pattern, the same whether written by words or bytes. */
-static unsigned char pat_byte(uint64_t seed, size_t i)
-{
-    uint64_t w = pat_word(seed, i & ~(size_t)7);
-    unsigned char b[8];
-    memcpy(b, &w, 8);
-    return b[i & 7];
-}
-
-static void pat_fill(void *p, size_t n, uint64_t seed)
-{
-    unsigned char *c = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w = pat_word(seed, i);
-        memcpy(c + i, &w, 8);
-    }
-    for (; i < n; i++)
-        c[i] = pat_byte(seed, i);
-}
-
-/* Returns n when intact, else the offset of the first bad byte. */
-static size_t pat_check(const void *p, size_t n, uint64_t seed)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        if ((i & 7) == 0 && i + 8 <= n) {
-            uint64_t w = pat_word(seed, i), v;
-            memcpy(&v, c + i, 8);
-            if (v == w) {
-                i += 7;
-                continue;
-            }
-        }
-        if (c[i] != pat_byte(seed, i))
-            return i;
-    }
-    return n;
-}
 
 static void check_new_block(const api_t *A, void *p, size_t n, const char *ctx)
 {
@@ -367,7 +290,7 @@ static void test_random_reallocs(void **state)
     enum { NBLK = 256, STEPS = 3000 };
     struct { unsigned char *p; size_t n; uint64_t seed; } b[NBLK];
     uint64_t rs = 0x1234567;
-#define RNG() (rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17, rs)
+#define RNG() rng_next(&rs)
     for (int i = 0; i < NBLK; i++) {
         b[i].n = 1 + RNG() % 300;
         b[i].p = A->malloc_(b[i].n);

@@ -7,54 +7,13 @@
  * in strictly increasing block size, every block size is a multiple of 16,
  * hak_class_size(hak_size_class(n)) >= n with bounded waste, and the map is
  * monotonic. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <malloc.h>
-#include <cmocka.h>
-
-#include "hakmem.h"
+#include "tier_common.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
 #define TINY_MAX ((size_t)1024)
 #define L2_MAX ((size_t)53248)
 #define L25_MAX ((size_t)1048576)
-
-static hak_tier_t expected_tier(size_t n)
-{
-    if (n <= TINY_MAX) return HAK_TIER_TINY;
-    if (n <= L2_MAX) return HAK_TIER_L2;
-    if (n <= L25_MAX) return HAK_TIER_L25;
-    return HAK_TIER_LARGE;
-}
-
-static const char *tier_name(int t)
-{
-    switch (t) {
-    case HAK_TIER_NONE: return "NONE";
-    case HAK_TIER_TINY: return "TINY";
-    case HAK_TIER_L2: return "L2";
-    case HAK_TIER_L25: return "L2.5";
-    case HAK_TIER_LARGE: return "LARGE";
-    default: return "?";
-    }
-}
-
-/* The two spellings of the allocator; every allocation test runs with both. */
-typedef struct {
-    void *(*malloc_)(size_t);
-    void (*free_)(void *);
-    size_t (*usable)(const void *);
-} api_t;
-
-static size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
-static api_t API_STD = { malloc, free, std_usable };
-static api_t API_HAK = { hak_malloc, hak_free, hak_usable_size };
 
 /* ------------------------------------------------------------------------ */
 
@@ -219,8 +178,6 @@ static void test_malloc_tier_matches(void **state)
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         check_malloc_tier(A, extra[i]);
 }
-
-#define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
 
 int main(void)
 {

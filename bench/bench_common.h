@@ -1,0 +1,123 @@
+/* Helpers shared by the benchmarks in bench/ (included by every benchmark source;
+ * not a program of its own).
+ *
+ * Before including this file a benchmark defines PROG, its name as a string
+ * literal (it prefixes every diagnostic), and afterwards it defines
+ *   static void usage(FILE *f);
+ * which prints its usage line and argument list; the argument helpers call
+ * it on a bad command line.
+ *
+ *   bench_check_args()  -h / --help: usage, exit 0; too many arguments: exit 2
+ *   parse_u64()         a decimal integer within [lo, hi]
+ *   arg_or_die()        optional positional argument i, or usage and exit 2
+ *   rng_next()          splitmix64 PRNG
+ *   below()             uniform in [0, n) from the upper half of a random word
+ *   now_sec()           CLOCK_MONOTONIC in seconds
+ *   fatal()             exit 1 at once, without exit handlers
+ *
+ * Functions a benchmark may not use are marked unused (no warnings). */
+#ifndef HAKMEM_BENCH_COMMON_H
+#define HAKMEM_BENCH_COMMON_H
+
+#ifndef PROG
+#error "define PROG (the program name) before including bench_common.h"
+#endif
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_UNUSED __attribute__((unused))
+
+static void usage(FILE *f);
+
+/* -h / --help as the first argument prints the usage and exits 0; more than
+ * max_args arguments is an error (exit 2). */
+BENCH_UNUSED static void bench_check_args(int argc, char **argv, int max_args)
+{
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stderr);
+        exit(0);
+    }
+    if (argc > max_args + 1) {
+        fprintf(stderr, PROG ": too many arguments\n");
+        usage(stderr);
+        exit(2);
+    }
+}
+
+/* Parse a decimal integer made only of digits, within [lo, hi]. */
+BENCH_UNUSED static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -1;
+    for (const char *c = s; *c; c++)
+        if (*c < '0' || *c > '9')
+            return -1;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    if ((uint64_t)v < lo || (uint64_t)v > hi)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* Argument i (1-based), when given, parsed into *out; not a number in
+ * [lo, hi]: a message naming it, the usage, exit 2.  Absent: *out keeps its
+ * default. */
+BENCH_UNUSED static void arg_or_die(int argc, char **argv, int i, const char *name,
+                                    uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (i >= argc)
+        return;
+    if (parse_u64(argv[i], lo, hi, out) != 0) {
+        if (hi == UINT64_MAX)
+            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer >= %" PRIu64 ")\n",
+                    name, argv[i], lo);
+        else
+            fprintf(stderr, PROG ": invalid %s '%s' (expected an integer in %" PRIu64
+                            "..%" PRIu64 ")\n", name, argv[i], lo, hi);
+        usage(stderr);
+        exit(2);
+    }
+}
+
+/* splitmix64: tiny, fast, accepts any state. */
+static inline uint64_t rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) from the upper 32 bits of r (n <= 2^32). */
+static inline uint64_t below(uint64_t r, uint64_t n)
+{
+    return ((r >> 32) * n) >> 32;
+}
+
+BENCH_UNUSED static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Fatal error from any thread: report and leave without running exit
+ * handlers while other threads may still be allocating. */
+BENCH_UNUSED static void fatal(void)
+{
+    fflush(stderr);
+    _exit(1);
+}
+
+#endif /* HAKMEM_BENCH_COMMON_H */
