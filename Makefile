@@ -64,10 +64,12 @@ BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -pthread -Wall -Wextra -Icore
 
 benches: $(BENCH_BINS)
 
-$(BUILD)/bench/%_system: bench/%.c | $(BUILD)/bench
+BENCH_HDR := $(wildcard bench/*.h)
+
+$(BUILD)/bench/%_system: bench/%.c $(BENCH_HDR) | $(BUILD)/bench
 	$(CC) $(BENCH_CFLAGS) $< -o $@
 
-$(BUILD)/bench/%_hakmem: bench/%.c libhakmem.a | $(BUILD)/bench
+$(BUILD)/bench/%_hakmem: bench/%.c $(BENCH_HDR) libhakmem.a | $(BUILD)/bench
 	$(CC) $(BENCH_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -ldl
 
 $(BUILD)/bench:
@@ -87,7 +89,7 @@ TEST_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Ites
 
 tests: $(TEST_BINS)
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) libhakmem.a
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
 
