@@ -307,6 +307,28 @@ if [ ${#B_ID[@]} -eq 0 ]; then
     exit 1
 fi
 
+# ---------------------------------------------------------------- snapshot
+# Run copies of the binaries and of libhakmem.so, taken now: a rebuild of the
+# tree while this runs (make in another shell) must not mix two versions in
+# one table.  Messages still name the original paths.
+declare -A SHOWLIB=()
+for a in "${ALLOCS[@]}"; do SHOWLIB[$a]=${LIB[$a]}; done
+SNAP="$WORK/snap"; mkdir -p "$SNAP"
+for i in "${!B_ID[@]}"; do
+    for a in "${ALLOCS[@]}"; do
+        f="${B_BIN[$i]}${BINSUFFIX[$a]}"
+        [ -e "$SNAP/$f" ] || cp -p "$BENCH_DIR/$f" "$SNAP/$f" || { say "cannot copy $BENCH_DIR/$f"; exit 1; }
+    done
+done
+if [ $HAVE_HAKMEM = 1 ]; then
+    cp -p "$HAKMEM_LIB" "$SNAP/libhakmem.so" || { say "cannot copy $HAKMEM_LIB"; exit 1; }
+    LIB[hakmem]="$SNAP/libhakmem.so"
+fi
+if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && [ "$BENCH_DIR" = "$REPO/build/bench" ] && command -v make >/dev/null 2>&1; then
+    make -C "$REPO" -q lib benches >/dev/null 2>&1
+    [ $? = 1 ] && note "the build is older than the sources (run 'make lib benches'): these results are for the binaries as built"
+fi
+
 # ---------------------------------------------------------------- machine
 commit_id() {
     local c
@@ -353,7 +375,7 @@ if [ $CALLGRIND = 1 ]; then
     for i in "${!B_ID[@]}"; do
         for a in "${ALLOCS[@]}"; do
             k=$((k + 1))
-            bin="$BENCH_DIR/${B_BIN[$i]}${BINSUFFIX[$a]}"
+            bin="$SNAP/${B_BIN[$i]}${BINSUFFIX[$a]}"
             printf '[%d/%d] callgrind  %-28s %-14s ' "$k" "$total" "${B_LABEL[$i]}" "$a" >&2
             envp=(env); [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
             outp="$WORK/cg.${B_ID[$i]}.$a"
@@ -423,7 +445,7 @@ say "${#B_ID[@]} benchmarks x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS ru
 
 run_one() {   # run_one IDX ALLOC RUN
     local i=$1 a=$2 r=$3 bin log rssf rc ops rss why t1 t2 secs
-    bin="$BENCH_DIR/${B_BIN[$i]}${BINSUFFIX[$a]}"
+    bin="$SNAP/${B_BIN[$i]}${BINSUFFIX[$a]}"
     log="$WORK/${B_ID[$i]}.$a.$r.log"; rssf="$WORK/${B_ID[$i]}.$a.$r.rss"
     local envp=(env)
     [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
@@ -455,7 +477,7 @@ run_one() {   # run_one IDX ALLOC RUN
         echo "FAILED" >&2
         local last; last=$(grep -v '^Command ' "$log" | tail -n3 | tr '\n' ' ' | cut -c1-300)
         fail "${B_LABEL[$i]} under $a (run $r): $why${last:+; last output: $last}; remaining runs of this pair skipped"
-        echo "    command: ${envp[*]} $bin ${B_ARGS[$i]}" >&2
+        echo "    command: env ${SHOWLIB[$a]:+LD_PRELOAD=${SHOWLIB[$a]} }$BENCH_DIR/${B_BIN[$i]}${BINSUFFIX[$a]} ${B_ARGS[$i]}" >&2
         GAVEUP["${B_ID[$i]}|$a"]=1
         return 1
     fi
@@ -636,7 +658,8 @@ draw_chart() {
         echo "set grid ytics"
         echo "set yrange [0:*]"
         echo "set xtics rotate by -15 nomirror"
-        local sub="\\ncommit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)"
+        local sub
+        sub="\\ncommit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)"
         if [ $have_ratios = 1 ] && [ $have_mem = 1 ]; then
             sub=""
             echo "set multiplot title \"hakmem benchmarks, commit $COMMIT, $DATE, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)\""
