@@ -192,7 +192,11 @@ void *hak_realloc(void *p, size_t size) {
     }
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
-    if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) return hak_large_realloc(p, size);
+    if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
+        void *q = hak_large_realloc(p, size);
+        if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
+        return q;
+    }
     /* Keep the block when the new size still fits and wastes < half of it. */
     if (size <= old && size > old / 2) return p;
     void *q = hak_malloc(size);

@@ -161,6 +161,7 @@ void hak_heap_housekeeping(hak_heap_t *h) {
     hak_heap_t *b = heap_pop_abandoned_locked();
     hak_unlock(&heap_lock);
     if (b == NULL) return;
+    heap_flush_rings(b);     /* a borrowed heap may hold ring blocks */
     heap_sweep(b);
     hak_ss_purge_heap(b);
     hak_lock(&heap_lock);

@@ -263,6 +263,7 @@ static inline void hak_ensure_init(void) {
 HAK_INTERNAL void *hak_os_map(size_t len);
 HAK_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
 HAK_INTERNAL void  hak_os_unmap(void *p, size_t len);
+HAK_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_os_lock_all(void);
@@ -333,6 +334,8 @@ HAK_INTERNAL void   hak_large_unlock_all(void);
 HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
+HAK_INTERNAL void hak_stats_resize(int64_t delta);
+HAK_INTERNAL void hak_stats_init(void);
 HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
 /* Heaps and threads (hakmem_heap.c) */

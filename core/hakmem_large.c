@@ -202,7 +202,7 @@ void *hak_large_realloc(void *p, size_t size) {
     if (mremap(base, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, nb) == MAP_FAILED) {
         hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
         hak_chunk_map_set(nb, new_len, HAK_CHUNK_NONE);
-        hak_os_unmap(nb, new_len);
+        hak_os_unmap_unused(nb, new_len);
         errno = ENOMEM;
         return NULL;
     }

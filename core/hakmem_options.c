@@ -81,8 +81,13 @@ void hak_options_init(void) {
             if (found >= 0) {
                 *o->value = found;
             } else {
-                snprintf(line, sizeof line, "hakmem: %s=%s is not one of %s|%s; using %s\n",
-                         o->name, s, o->words[0], o->words[1], o->words[o->def]);
+                char words[96] = "";
+                for (int w = 0; o->words[w] != NULL; w++) {
+                    if (w) strncat(words, "|", sizeof words - strlen(words) - 1);
+                    strncat(words, o->words[w], sizeof words - strlen(words) - 1);
+                }
+                snprintf(line, sizeof line, "hakmem: %s=%s is not one of %s; using %s\n",
+                         o->name, s, words, o->words[o->def]);
                 say(line);
             }
             continue;
@@ -110,6 +115,7 @@ void hak_options_init(void) {
     }
     hak_chunk_map_select(hak_opt.ss_lookup_kind);
     if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
+    if (hak_opt.stats) hak_stats_init();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];

@@ -48,6 +48,14 @@ void hak_os_unmap(void *p, size_t len) {
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
 }
 
+/* A range with nothing resident (decommitted, or never used): not counted
+ * as memory given back. */
+void hak_os_unmap_unused(void *p, size_t len) {
+    int saved = errno;
+    munmap(p, len);
+    errno = saved;
+}
+
 void hak_os_decommit(void *p, size_t len) {
     int saved = errno;
     madvise(p, len, MADV_DONTNEED);

@@ -6,7 +6,10 @@
 #include "hakmem_options.h"
 #include "box/size_class_box.h"
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #define LARGE_ROW HAK_NUM_CLASSES
 
@@ -46,11 +49,27 @@ static const char *tier_name(unsigned cls) {
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-void hak_stats_print(FILE *out) {
-    if (out == NULL) return;
-    fprintf(out, "hakmem stats%s\n", hak_opt.stats ? "" : " (HAKMEM_STATS=0: only memory figures)");
-    fprintf(out, "  %-5s %7s %12s %12s %12s %10s\n", "tier", "size", "allocs", "frees",
-            "remote", "refills");
+/* Lines go to a stream (hak_stats_print) or, at exit, straight to the
+ * descriptor saved at start-up: by then a program may have closed stderr. */
+typedef struct { FILE *out; int fd; } sink_t;
+
+static void emit(const sink_t *k, const char *line) {
+    if (k->out != NULL) {
+        fputs(line, k->out);
+    } else {
+        ssize_t w = write(k->fd, line, strlen(line));
+        (void)w;
+    }
+}
+
+static void print_report(const sink_t *k) {
+    char line[256];
+    snprintf(line, sizeof line, "hakmem stats%s\n",
+             hak_opt.stats ? "" : " (HAKMEM_STATS=0: only memory figures)");
+    emit(k, line);
+    snprintf(line, sizeof line, "  %-5s %7s %12s %12s %12s %10s\n", "tier", "size", "allocs",
+             "frees", "remote", "refills");
+    emit(k, line);
     for (unsigned c = 0; c <= LARGE_ROW; c++) {
         uint64_t a = atomic_load_explicit(&allocs[c], memory_order_relaxed);
         uint64_t f = atomic_load_explicit(&frees[c], memory_order_relaxed);
@@ -60,20 +79,43 @@ void hak_stats_print(FILE *out) {
         char size[16];
         if (c < LARGE_ROW) snprintf(size, sizeof size, "%u", hak_class_block_size[c]);
         else snprintf(size, sizeof size, ">1M");
-        fprintf(out, "  %-5s %7s %12llu %12llu %12llu %10llu\n", tier_name(c), size,
-                (unsigned long long)a, (unsigned long long)f, (unsigned long long)r,
-                (unsigned long long)rf);
+        snprintf(line, sizeof line, "  %-5s %7s %12llu %12llu %12llu %10llu\n", tier_name(c),
+                 size, (unsigned long long)a, (unsigned long long)f, (unsigned long long)r,
+                 (unsigned long long)rf);
+        emit(k, line);
     }
-    fprintf(out, "  in use at peak: %.1f MiB; SuperSlabs hot %zu, draining %zu, free %zu; "
-                 "large mapped %.1f MiB; given back to the OS: %.1f MiB\n",
-            mib((uint64_t)atomic_load_explicit(&peak_bytes, memory_order_relaxed)),
-            atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed),
-            atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed),
-            atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed),
-            mib(atomic_load_explicit(&hak_large_mapped, memory_order_relaxed)),
-            mib(atomic_load_explicit(&hak_released_bytes, memory_order_relaxed)));
+    snprintf(line, sizeof line,
+             "  in use at peak: %.1f MiB; SuperSlabs hot %zu, draining %zu, free %zu; "
+             "large mapped %.1f MiB; given back to the OS: %.1f MiB\n",
+             mib((uint64_t)atomic_load_explicit(&peak_bytes, memory_order_relaxed)),
+             atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed),
+             atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed),
+             atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed),
+             mib(atomic_load_explicit(&hak_large_mapped, memory_order_relaxed)),
+             mib(atomic_load_explicit(&hak_released_bytes, memory_order_relaxed)));
+    emit(k, line);
+}
+
+void hak_stats_print(FILE *out) {
+    if (out == NULL) return;
+    sink_t k = { out, -1 };
+    print_report(&k);
+}
+
+static int report_fd = -1;
+
+/* From hak_init with HAKMEM_STATS=1: keep our own copy of stderr. */
+void hak_stats_init(void) {
+    report_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+}
+
+/* A realloc that resized a large block in place. */
+void hak_stats_resize(int64_t delta) {
+    add_live(delta);
 }
 
 __attribute__((destructor)) static void stats_at_exit(void) {
-    if (hak_opt.stats) hak_stats_print(stderr);
+    if (!hak_opt.stats || report_fd < 0) return;
+    sink_t k = { NULL, report_fd };
+    print_report(&k);
 }

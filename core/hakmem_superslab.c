@@ -247,7 +247,7 @@ bool hak_ss_trim_cache(void) {
         hak_superslab_t *next = list->next;
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
         hak_chunk_map_set(list, HAK_CHUNK_SIZE, HAK_CHUNK_NONE);
-        hak_os_unmap(list, HAK_CHUNK_SIZE);
+        hak_os_unmap_unused(list, HAK_CHUNK_SIZE);   /* decommitted when cached */
         list = next;
     }
     return any;
