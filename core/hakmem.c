@@ -246,7 +246,10 @@ int hak_trim(size_t pad) {
     return any ? 1 : 0;
 }
 
-/* ---- the libc names ------------------------------------------------------------------ */
+/* ---- the libc names ------------------------------------------------------------------
+ * HAK_NO_INTERPOSE builds hakmem as a plain library (only the hak_* names),
+ * e.g. under a sanitizer that brings its own malloc. */
+#ifndef HAK_NO_INTERPOSE
 #define HAK_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
 
 void  *malloc(size_t size) HAK_ALIAS(hak_malloc);
@@ -261,3 +264,4 @@ void  *valloc(size_t size) HAK_ALIAS(hak_valloc);
 void  *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
 size_t malloc_usable_size(void *p) HAK_ALIAS(hak_usable_size);
 int    malloc_trim(size_t pad) HAK_ALIAS(hak_trim);
+#endif /* HAK_NO_INTERPOSE */
