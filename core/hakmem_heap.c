@@ -46,7 +46,7 @@ void hak_remote_free(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
-        b->next = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY);
+        hak_link_set(b, (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY));
     } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
                                                     memory_order_release, memory_order_relaxed));
     if (old & HAK_REMOTE_NOTIFY) {

@@ -270,6 +270,9 @@ HAK_INTERNAL void  hak_os_lock_all(void);
 HAK_INTERNAL void  hak_os_unlock_all(void);
 HAK_INTERNAL void  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
+/* hak_fatal for the fast paths: not declared noreturn, so the check ends in
+ * a tail jump and the fast path needs no stack frame. */
+HAK_INTERNAL void  hak_bad_free(const char *what, const void *p) __attribute__((cold));
 
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,

@@ -53,7 +53,7 @@ static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
         hak_block_t *b = blocks[i];
         hak_slab_t *s = hak_slab_of(b);
-        b->next = s->free;
+        hak_link_set(b, s->free);
         s->free = b;
         deferred_t *slot = &d[((uintptr_t)s >> 6) % DEFER_SLOTS];
         if (slot->slab != s) {

@@ -9,6 +9,7 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 #include "box/chunk_map_box.h"
+#include "box/block_link_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 
@@ -99,8 +100,8 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (n == 0) n = 1;
     char *p = slab_start(s) + (size_t)s->carved * bs;
     hak_block_t *first = (hak_block_t *)p;
-    for (size_t i = 1; i < n; i++, p += bs) ((hak_block_t *)p)->next = (hak_block_t *)(p + bs);
-    ((hak_block_t *)p)->next = s->free;
+    for (size_t i = 1; i < n; i++, p += bs) hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
+    hak_link_set((hak_block_t *)p, s->free);
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
     return true;
@@ -135,7 +136,7 @@ void hak_slab_purge(hak_slab_t *s) {
     char *start = slab_start(s);
     s->purge_mark = (uint16_t)slab_used(s);
     uint64_t free_bits = released_blocks(s, bs);
-    for (hak_block_t *b = s->free; b != NULL; b = b->next)
+    for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b))
         free_bits |= (uint64_t)1 << (((char *)b - start) / bs);
     uint16_t release = 0;
     for (unsigned k = 0; k < SLAB_OS_PAGES; k++) {
@@ -149,12 +150,16 @@ void hak_slab_purge(hak_slab_t *s) {
     if (release == 0) return;
     s->released |= release;
     uint64_t detached = released_blocks(s, bs);
-    hak_block_t **link = &s->free;
-    while (*link != NULL) {
-        unsigned i = (unsigned)(((char *)*link - start) / bs);
-        if (detached >> i & 1) *link = (*link)->next;
-        else link = &(*link)->next;
+    hak_block_t *kept = NULL, *kept_tail = NULL;
+    for (hak_block_t *b = s->free, *next; b != NULL; b = next) {
+        next = hak_link_get(b);
+        if (detached >> (((char *)b - start) / bs) & 1) continue;
+        if (kept_tail != NULL) hak_link_set(kept_tail, b);
+        else kept = b;
+        kept_tail = b;
     }
+    if (kept_tail != NULL) hak_link_set(kept_tail, NULL);
+    s->free = kept;
     for (unsigned k = 0; k < SLAB_OS_PAGES;) {
         if (!(release >> k & 1)) { k++; continue; }
         unsigned run = 0;
@@ -175,7 +180,7 @@ static bool slab_reattach(hak_slab_t *s) {
         unsigned i = (unsigned)__builtin_ctzll(detached);
         detached &= detached - 1;
         hak_block_t *b = (hak_block_t *)(start + (size_t)i * bs);
-        b->next = s->free;
+        hak_link_set(b, s->free);
         s->free = b;
     }
     s->released = 0;
@@ -195,11 +200,8 @@ static bool slab_collect_remote(hak_slab_t *s) {
                                                     memory_order_acquire, memory_order_relaxed));
     hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
     uint32_t n = 1;
-    while (tail->next != NULL) {
-        tail = tail->next;
-        n++;
-    }
-    tail->next = s->free;
+    for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) n++;
+    hak_link_set(tail, s->free);
     s->free = list;
     s->used -= n;
     return true;
@@ -298,7 +300,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         }
         while (got < n && s->free != NULL) {
             hak_block_t *b = s->free;
-            s->free = b->next;
+            s->free = hak_link_get(b);
             s->used++;
             out[got++] = b;
         }

@@ -12,12 +12,15 @@
 /* Blocks leave the cache for their slabs, keeping the newest `keep`. */
 void hak_c2_flush(hak_heap_t *h, unsigned keep) {
     hak_slab_t *c = &h->c2_cache;
-    hak_block_t **link = &c->free;
-    for (unsigned i = 0; i < keep && *link != NULL; i++) link = &(*link)->next;
-    hak_block_t *b = *link;
-    *link = NULL;
+    hak_block_t *b = c->free, *last = NULL;
+    for (unsigned i = 0; i < keep && b != NULL; i++) {
+        last = b;
+        b = hak_link_get_any(b);
+    }
+    if (last != NULL) hak_link_set(last, NULL);
+    else c->free = NULL;
     while (b != NULL) {
-        hak_block_t *next = b->next;
+        hak_block_t *next = hak_link_get_any(b);
         hak_tiny_free(h, hak_slab_of(b), b);
         c->used++;
         b = next;
@@ -40,7 +43,7 @@ static void *c2_refill(hak_heap_t *h) {
     hak_slab_t *c = &h->c2_cache;
     for (unsigned i = 1; i < n; i++) {
         hak_block_t *b = got[i];
-        b->next = c->free;
+        hak_link_set(b, c->free);
         c->free = b;
         c->used--;
     }

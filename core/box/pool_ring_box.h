@@ -19,8 +19,14 @@ static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
 /* p's slab is owned by the calling thread. */
 static inline void hak_pool_free(hak_heap_t *h, unsigned cls, void *p) {
     hak_ring_t *r = hak_pool_ring(h, cls);
-    if (hak_likely(r->count < r->cap)) {
-        r->slot[r->count++] = p;
+    uint32_t n = r->count;
+    if (hak_likely(n < r->cap)) {
+        if (hak_unlikely(n != 0 && r->slot[n - 1] == p)) {   /* free(p); free(p) */
+            hak_bad_free("free(): double free of", p);
+            return;
+        }
+        r->slot[n] = p;
+        r->count = n + 1;
         return;
     }
     hak_pool_free_ring_full(h, r, p);

@@ -4,6 +4,7 @@
 #define HAK_TINY_BOX_H
 
 #include "hakmem_internal.h"
+#include "box/block_link_box.h"
 #include "box/size_class_box.h"
 
 static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
@@ -11,7 +12,7 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     hak_slab_t *s = h->queue_head[cls];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
-        s->free = b->next;
+        s->free = hak_link_get(b);
         s->used++;
         return b;
     }
@@ -21,7 +22,12 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
 /* s is owned by the calling thread. */
 static inline void hak_tiny_free(hak_heap_t *h, hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
-    b->next = s->free;
+    hak_block_t *head = s->free;
+    if (hak_unlikely(head == b)) {                  /* free(p); free(p) */
+        hak_bad_free("free(): double free of", p);
+        return;
+    }
+    hak_link_set(b, head);
     s->free = b;
     /* slow when the slab just became empty, or was full (HAK_SLAB_FULL) */
     if (hak_unlikely(--s->used - 1u >= HAK_SLAB_FULL - 1u))
@@ -34,7 +40,11 @@ static inline void hak_c2_free(hak_heap_t *h, void *p) {
     hak_slab_t *c = &h->c2_cache;
     if (hak_likely(0u - c->used < HAK_C2_CACHE_CAP)) {
         hak_block_t *b = (hak_block_t *)p;
-        b->next = c->free;
+        if (hak_unlikely(c->free == b)) {
+            hak_bad_free("free(): double free of", p);
+            return;
+        }
+        hak_link_set(b, c->free);
         c->free = b;
         c->used--;
         return;

@@ -1,0 +1,47 @@
+/* block_link_box — the link word of a free block.
+ *
+ * Default build: a plain pointer.  Hardened build (HAK_HARDENED): the
+ * pointer XOR a per-process random key XOR the link's own address >> 4, so a
+ * use-after-free write or a forged pointer decodes to junk; a decoded link
+ * must stay in the block's own chunk (slab and remote lists) or in some
+ * SuperSlab (the 32-byte cache), or the process stops. */
+#ifndef HAK_BLOCK_LINK_BOX_H
+#define HAK_BLOCK_LINK_BOX_H
+
+#include "hakmem_internal.h"
+
+#ifdef HAK_HARDENED
+extern uintptr_t hak_link_key;
+
+static inline uintptr_t hak_link_code(const hak_block_t *b) {
+    return hak_link_key ^ ((uintptr_t)b >> 4);
+}
+
+static inline hak_block_t *hak_link_get(const hak_block_t *b) {
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_code(b));
+    if (hak_unlikely(n != NULL && ((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 ||
+                                   ((uintptr_t)n & 15) != 0)))
+        hak_fatal("free list corrupted (use after free?) at", b);
+    return n;
+}
+
+/* The 32-byte cache links blocks of different SuperSlabs. */
+static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_code(b));
+    uintptr_t i = (uintptr_t)n >> HAK_CHUNK_SHIFT;
+    if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || i >= HAK_MAP_ENTRIES ||
+                                   hak_chunk_map[i] != HAK_CHUNK_SS)))
+        hak_fatal("free list corrupted (use after free?) at", b);
+    return n;
+}
+
+static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
+    b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_code(b));
+}
+#else
+static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
+static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }
+static inline void hak_link_set(hak_block_t *b, hak_block_t *n) { b->next = n; }
+#endif
+
+#endif
