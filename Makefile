@@ -1,5 +1,6 @@
 # hakmem — build, test, benchmark, install.
-#   make                      libhakmem.so + libhakmem.a (optimised)
+#   make                      libhakmem.so + libhakmem.a + libhakmem_hardened.so
+#   make HARDENED=1           only libhakmem_hardened.so (checked frees, encoded lists)
 #   make DEBUG=1              -O0 -g with internal assertions
 #   make L2_RING=N L25_RING=M per-thread ring capacities of the L2 / L2.5 pools
 #   make test                 every test (installs missing test dependencies)
@@ -36,7 +37,17 @@ CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
 
 all: lib benches
 
-lib: libhakmem.so libhakmem.a
+# The hardened flavour (encoded free lists, checked frees): always built
+# beside the default one; HARDENED=1 builds only it.
+HARDENED ?= 0
+OBJDIR_H   := $(BUILD)/obj-hardened
+CORE_OBJ_H := $(patsubst core/%.c,$(OBJDIR_H)/%.o,$(CORE_SRC))
+
+ifeq ($(HARDENED),1)
+lib: libhakmem_hardened.so
+else
+lib: libhakmem.so libhakmem.a libhakmem_hardened.so
+endif
 
 # The flags are recorded, so changing DEBUG, L2_RING, L25_RING, CC or
 # EXTRA_CFLAGS rebuilds the objects.
@@ -49,6 +60,16 @@ $(OBJDIR)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP) | $(OBJDIR)
 
 $(OBJDIR):
 	mkdir -p $@
+
+FLAGS_STAMP_H := $(OBJDIR_H)/.cflags
+$(shell mkdir -p $(OBJDIR_H); echo '$(CC) $(CFLAGS_LIB)' | cmp -s - $(FLAGS_STAMP_H) || \
+        echo '$(CC) $(CFLAGS_LIB)' > $(FLAGS_STAMP_H))
+
+$(OBJDIR_H)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP_H)
+	$(CC) $(CFLAGS_LIB) -DHAK_HARDENED=1 -c $< -o $@
+
+libhakmem_hardened.so: $(CORE_OBJ_H)
+	$(CC) -shared -pthread -Wl,-z,now -o $@ $(CORE_OBJ_H) -ldl
 
 libhakmem.so: $(CORE_OBJ)
 	$(CC) -shared -pthread -Wl,-z,now -o $@ $(CORE_OBJ) -ldl
@@ -103,13 +124,15 @@ test:
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.so
+	install -m 755 libhakmem_hardened.so $(DESTDIR)$(PREFIX)/lib/libhakmem_hardened.so
 	install -m 644 libhakmem.a $(DESTDIR)$(PREFIX)/lib/libhakmem.a
 	install -m 644 core/hakmem.h $(DESTDIR)$(PREFIX)/include/hakmem.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' hakmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.a \
+	      $(DESTDIR)$(PREFIX)/lib/libhakmem_hardened.so \
 	      $(DESTDIR)$(PREFIX)/include/hakmem.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
 
 clean:
-	rm -rf $(BUILD) libhakmem.so libhakmem.a
+	rm -rf $(BUILD) libhakmem.so libhakmem.a libhakmem_hardened.so

@@ -3,6 +3,7 @@
  * from core/box/. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
+#include "box/hardened_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
@@ -40,11 +41,20 @@ static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
     return large_alloc(size, 0, false);
 }
 
+#ifndef HAK_HARDENED
 void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
     return alloc_mid_or_large(h, size);
 }
+#else
+void *hak_malloc(size_t size) {
+    hak_heap_t *h = hak_tls_heap;
+    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size) : alloc_mid_or_large(h, size);
+    hak_hardened_on_alloc(p, size);
+    return p;
+}
+#endif
 
 void *hak_calloc(size_t n, size_t size) {
     size_t total;
@@ -125,7 +135,13 @@ void *hak_pvalloc(size_t size) {
  * junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
-    if (kind == HAK_CHUNK_NONE && hak_radix_in_use) kind = hak_chunk_kind_radix(p);
+    if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
+        kind = hak_chunk_kind_radix(p);
+#ifdef HAK_HARDENED
+        if (kind == HAK_CHUNK_SS) hak_hardened_check_free(p);
+#endif
+    }
+    if (kind == HAK_CHUNK_DEAD) hak_fatal("free(): block already given back to the OS", p);
     if (kind == HAK_CHUNK_LARGE) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
@@ -147,6 +163,9 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 
 void hak_free(void *p) {
     unsigned kind = hak_chunk_kind_flat(p);
+#ifdef HAK_HARDENED
+    if (kind == HAK_CHUNK_SS) hak_hardened_check_free(p);
+#endif
     if (hak_likely(kind == HAK_CHUNK_SS)) {
         hak_slab_t *s = hak_page_slab_of(p);
         hak_heap_t *h = hak_tls_heap;

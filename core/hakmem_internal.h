@@ -125,7 +125,8 @@
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
-enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2 };
+/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved. */
+enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3 };
 
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
@@ -264,6 +265,14 @@ HAK_INTERNAL void *hak_os_map(size_t len);
 HAK_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
 HAK_INTERNAL void  hak_os_unmap(void *p, size_t len);
 HAK_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
+/* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
+ * the hardened build keeps the range reserved and marked dead for a while. */
+HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
+
+/* Hardened build (hakmem_hardened.c; the checks: box/hardened_box.h). */
+#ifdef HAK_HARDENED
+HAK_INTERNAL void hak_hardened_init(void);
+#endif
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_os_lock_all(void);

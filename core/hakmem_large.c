@@ -74,8 +74,7 @@ static bool cache_put(char *base, size_t len) {
 _Atomic size_t hak_large_mapped;
 
 static void release(char *base, size_t len) {
-    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
-    hak_os_unmap(base, len);
+    hak_os_retire_range(base, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 

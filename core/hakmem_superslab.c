@@ -115,8 +115,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     }
     hak_unlock(&ss_cache_lock);
     atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
-    hak_chunk_map_set(ss, HAK_CHUNK_SIZE, HAK_CHUNK_NONE);
-    hak_os_unmap(ss, HAK_CHUNK_SIZE);
+    hak_os_retire_range(ss, HAK_CHUNK_SIZE);
 }
 
 /* First run of npages free pages starting at a multiple of align_pages.
@@ -246,8 +245,7 @@ bool hak_ss_trim_cache(void) {
     while (list) {
         hak_superslab_t *next = list->next;
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
-        hak_chunk_map_set(list, HAK_CHUNK_SIZE, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(list, HAK_CHUNK_SIZE);   /* decommitted when cached */
+        hak_os_retire_range(list, HAK_CHUNK_SIZE);
         list = next;
     }
     return any;

@@ -9,7 +9,9 @@
 # is its own entry, named with the setting in brackets; MATRIX=0 skips this),
 # sums the cmocka counts of each binary
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
-# scripts/run_apps.sh ./libhakmem.so, where every app counts as one test.  A
+# scripts/run_apps.sh ./libhakmem.so, where every app counts as one test,
+# then scripts/run_hardened_tests.sh (misuse caught by libhakmem_hardened.so;
+# the apps again under it).  A
 # binary that crashes or times out counts as failed.  Ends with the line
 # "N passed, N failed"; exits 1 if anything failed or nothing ran.
 set -uo pipefail
@@ -133,6 +135,20 @@ if [ -x scripts/run_apps.sh ]; then
 else
     echo "FAIL apps (scripts/run_apps.sh missing)"
     TOTAL_FAIL=$((TOTAL_FAIL + 1))
+fi
+
+# The hardened build: each misuse caught, real programs under it.
+if [ -x scripts/run_hardened_tests.sh ]; then
+    HARD_LOG="$LOGDIR/hardened.log"
+    scripts/run_hardened_tests.sh >"$HARD_LOG" 2>&1
+    hard_rc=$?
+    grep -v ' passed, .* failed$' "$HARD_LOG"
+    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$HARD_LOG" | tail -n 1)
+    hard_pass=$(echo "$summary" | awk '{ print $1 + 0 }')
+    hard_fail=$(echo "$summary" | awk '{ print $3 + 0 }')
+    [ "$hard_rc" -ne 0 ] && [ "$hard_fail" -eq 0 ] && hard_fail=1
+    TOTAL_PASS=$((TOTAL_PASS + hard_pass))
+    TOTAL_FAIL=$((TOTAL_FAIL + hard_fail))
 fi
 
 echo "${TOTAL_PASS} passed, ${TOTAL_FAIL} failed"

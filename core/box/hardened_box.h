@@ -1,0 +1,53 @@
+/* hardened_box — the checks of the hardened build (HAK_HARDENED) on the
+ * malloc and free paths: a freed-mark in each free block's second word (the
+ * key XOR its address, cleared by malloc) catches a double free anywhere in
+ * the ring, cache and free lists; the block's offset in its slab catches
+ * frees into the middle of a block or the slab header; the slab's state
+ * catches frees of blocks whose memory was given back. */
+#ifndef HAK_HARDENED_BOX_H
+#define HAK_HARDENED_BOX_H
+
+#include "hakmem_internal.h"
+#include "box/chunk_map_box.h"
+#include "box/size_class_box.h"
+
+#ifdef HAK_HARDENED
+/* off / block size without a divide: off * magic >> 44 is exact for
+ * offsets below 4 MiB and blocks up to 1 MiB (magic = ceil(2^44 / size)). */
+#define HAK_DIV_SHIFT 44
+HAK_INTERNAL extern uintptr_t hak_mark_key;
+HAK_INTERNAL extern uint64_t hak_div_magic[HAK_NUM_CLASSES];
+
+static inline uintptr_t hak_freed_mark(const void *p) { return hak_mark_key ^ (uintptr_t)p; }
+
+/* A block up to 1 MiB (always a SuperSlab block) loses its freed-mark. */
+static inline void hak_hardened_on_alloc(void *p, size_t size) {
+    if (p != NULL && size <= HAK_L25_MAX) ((uintptr_t *)p)[1] = 0;
+}
+
+static inline void hak_hardened_check_free(void *p) {
+    hak_superslab_t *ss = hak_ss_of(p);
+    unsigned idx = ss->page_head[hak_page_of(p)];
+    hak_slab_t *s = &ss->slabs[idx];
+    if (hak_unlikely(s->tier == HAK_TIER_NONE))
+        hak_fatal("free(): not a live block (double free or invalid pointer)", p);
+    /* page 0's blocks start after the header */
+    uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
+    uint32_t bs = hak_class_block_size[s->cls];
+    if (hak_unlikely((uintptr_t)p < start)) hak_fatal("free(): pointer into a slab header", p);
+    uint64_t off = (uintptr_t)p - start;
+    uint64_t q = (off * hak_div_magic[s->cls]) >> HAK_DIV_SHIFT;
+    if (hak_unlikely(off != q * bs)) hak_fatal("free(): pointer into the middle of a block", p);
+    if (hak_unlikely(q >= s->capacity)) hak_fatal("free(): pointer past the last block of its slab", p);
+    if (hak_unlikely(s->released != 0)) {
+        for (uint64_t k = off / 4096; k <= (off + bs - 1) / 4096 && k < 16; k++)
+            if (s->released >> k & 1)
+                hak_fatal("free(): block already freed and given back to the OS", p);
+    }
+    uintptr_t *w = p;
+    if (hak_unlikely(w[1] == hak_freed_mark(p))) hak_fatal("free(): double free of", p);
+    w[1] = hak_freed_mark(p);
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The hardened build's checks: each misuse of tests/hardened/misuse.c, in
+# each tier, must stop the process (SIGABRT) with one stderr line that starts
+# with "hakmem:", names the problem and gives the address.  Then the real
+# programs of scripts/run_apps.sh run under libhakmem_hardened.so.
+#
+#   scripts/run_hardened_tests.sh      (after `make lib`; prints "N passed, N failed")
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+LIB="$PWD/libhakmem_hardened.so"
+[ -f "$LIB" ] || { echo "run_hardened_tests: $LIB missing (make lib)"; exit 1; }
+BIN=build/tests/hardened/misuse
+mkdir -p "$(dirname "$BIN")"
+# the misuse is deliberate: silence the compiler about it
+${CC:-cc} -std=c11 -O1 -g -Wall -Wextra -Wno-use-after-free -Wno-free-nonheap-object \
+    tests/hardened/misuse.c -o "$BIN" || exit 1
+
+pass=0; fail=0
+check() {   # CASE SIZE WORDS
+    local case=$1 size=$2 words=$3 out err rc addr
+    out=$(mktemp); err=$(mktemp)
+    ( LD_PRELOAD="$LIB" exec timeout 20 "$BIN" "$case" "$size" >"$out" 2>"$err" ) 2>/dev/null
+    rc=$?
+    addr=$(head -n 1 "$out" | sed 's/^0x//')
+    if [ "$rc" -eq 134 ] && [ "$(grep -c . "$err")" -eq 1 ] && grep -q "^hakmem: .*$words" "$err" &&
+       grep -qi "$addr" "$err"; then
+        printf 'PASS %-14s %8s B  %s\n' "$case" "$size" "$(cat "$err")"
+        pass=$((pass + 1))
+    else
+        printf 'FAIL %-14s %8s B  exit %s; stderr: %s\n' "$case" "$size" "$rc" "$(head -c 300 "$err")"
+        fail=$((fail + 1))
+    fi
+    rm -f "$out" "$err"
+}
+for size in 48 3000 200000; do               # Tiny, L2, L2.5
+    check double "$size" "double free"
+    check later-double "$size" "double free"
+    check interior "$size" "middle of a block"
+    check given-back "$size" "given back to the OS"
+done
+check corrupt-link 48 "free list corrupted"
+for size in 3000000; do                      # large
+    check double "$size" "already freed large block"
+    check interior "$size" "invalid or already freed large block"
+    check given-back "$size" "given back to the OS"
+done
+
+if [ -x scripts/run_apps.sh ]; then
+    apps=$(scripts/run_apps.sh "$LIB" 2>/dev/null)
+    echo "$apps" | sed 's/^/hardened /'
+    pass=$((pass + $(echo "$apps" | grep -c '^PASS ')))
+    fail=$((fail + $(echo "$apps" | grep -c '^FAIL ')))
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -gt 0 ]

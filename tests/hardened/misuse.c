@@ -1,0 +1,63 @@
+/* misuse — one allocator misuse per run, for the hardened build's checks.
+ *
+ *   misuse CASE SIZE     (run with LD_PRELOAD=libhakmem_hardened.so)
+ *
+ * Prints the address it is about to misuse on stdout (so the caller can
+ * match it against the "hakmem: ..." line), then commits the misuse.  If the
+ * allocator lets it pass, prints "not caught" and exits 0. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void say(const void *p) {
+    printf("%p\n", p);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: misuse double|later-double|interior|given-back|corrupt-link SIZE\n");
+        return 2;
+    }
+    const char *what = argv[1];
+    size_t n = strtoul(argv[2], NULL, 10);
+    char *volatile sink;   /* keeps the mallocs below */
+    if (strcmp(what, "double") == 0) {               /* free(p); free(p) */
+        char *p = malloc(n);
+        free(p);
+        say(p);
+        free(p);
+    } else if (strcmp(what, "later-double") == 0) {  /* other frees in between */
+        char *p = malloc(n), *q = malloc(n);
+        free(p);
+        free(q);
+        say(p);
+        free(p);
+    } else if (strcmp(what, "interior") == 0) {      /* into the middle of a block */
+        char *p = malloc(n);
+        say(p + 16);
+        free(p + 16);
+    } else if (strcmp(what, "given-back") == 0) {    /* its memory went back to the OS */
+        void *a[256];
+        for (int i = 0; i < 256; i++) a[i] = malloc(n);
+        for (int i = 0; i < 256; i++) free(a[i]);
+        malloc_trim(0);
+        say(a[7]);
+        free(a[7]);
+    } else if (strcmp(what, "corrupt-link") == 0) {  /* use after free overwrites the link */
+        void **p = malloc(n);
+        free(p);
+        *(void *volatile *)p = (void *)0x4141414141414140ull;  /* kept: volatile */
+        say(p);
+        sink = malloc(n);
+        sink = malloc(n);
+        (void)sink;
+    } else {
+        fprintf(stderr, "misuse: unknown case %s\n", what);
+        return 2;
+    }
+    puts("not caught");
+    return 0;
+}
