@@ -9,7 +9,9 @@ MODE="${1:-test}"
 export DEBIAN_FRONTEND=noninteractive
 
 case "$MODE" in
-  test)  PKGS=(gcc make libc6-dev libcmocka-dev python3 git perl coreutils diffutils mawk) ;;
+  # sqlite3, redis-server and redis-tools are driven by scripts/run_apps.sh.
+  test)  PKGS=(gcc make libc6-dev libcmocka-dev python3 git perl coreutils diffutils mawk
+               sqlite3 redis-server redis-tools) ;;
   bench) PKGS=(libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 gnuplot-nox) ;;
   *) echo "usage: $0 test|bench" >&2; exit 2 ;;
 esac
