@@ -169,6 +169,24 @@ void hak_heap_housekeeping(hak_heap_t *h) {
     hak_unlock(&heap_lock);
 }
 
+/* Out of address space: exited threads' heaps give back their empty
+ * SuperSlabs.  A trylock: the caller may hold heap_lock already
+ * (hak_alloc_without_heap). */
+bool hak_heap_release_abandoned(void) {
+    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return false;
+    if (!hak_trylock(&heap_lock)) return false;
+    size_t before = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
+                    atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+    for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) {
+        heap_flush_rings(b);
+        heap_sweep(b);
+    }
+    hak_unlock(&heap_lock);
+    size_t after = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
+                   atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+    return after < before;
+}
+
 /* malloc_trim: the calling thread's heap and every abandoned one give back
  * all they can now. */
 bool hak_heap_trim(void) {

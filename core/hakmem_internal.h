@@ -277,7 +277,8 @@ HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_os_lock_all(void);
 HAK_INTERNAL void  hak_os_unlock_all(void);
-HAK_INTERNAL void  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
+HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
+HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
 /* hak_fatal for the fast paths: not declared noreturn, so the check ends in
  * a tail jump and the fast path needs no stack frame. */
@@ -356,6 +357,7 @@ HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_trim(void);
+HAK_INTERNAL bool hak_heap_release_abandoned(void);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 
 #endif /* HAKMEM_INTERNAL_H */

@@ -117,12 +117,11 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     }
     if (base == NULL) {
         hak_ensure_init();
-        base = hak_os_map_aligned(len, map_align);
+        base = hak_os_map_tagged(len, map_align, HAK_CHUNK_LARGE);
         if (base == NULL) {
             errno = ENOMEM;
             return NULL;
         }
-        hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
         atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
     }
     char *p = base + off;
@@ -182,21 +181,25 @@ void *hak_large_realloc(void *p, size_t size) {
         return p;
     }
     if (mremap(base, len, new_len, 0) != MAP_FAILED) {     /* grow in place */
-        hak_chunk_map_set(base + len, new_len - len, HAK_CHUNK_LARGE);
+        if (!hak_chunk_map_set(base + len, new_len - len, HAK_CHUNK_LARGE)) {
+            mremap(base, new_len, len, 0);                   /* shrinking cannot fail */
+            errno = ENOMEM;
+            return NULL;
+        }
         atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
         h->len = new_len;
         errno = saved;
         return p;
     }
     /* Move: reserve an aligned range and let the kernel move the pages there. */
-    char *nb = hak_os_map_aligned(new_len, HAK_CHUNK_SIZE);
+    /* Tagged before the move, and the old range untagged: once mremap has
+     * unmapped it another thread may map it and tag it, and a late clear
+     * would erase that tag. */
+    char *nb = hak_os_map_tagged(new_len, HAK_CHUNK_SIZE, HAK_CHUNK_LARGE);
     if (nb == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    /* Retag before the move: once mremap has unmapped the old range another
-     * thread may map it and tag it, and a late clear would erase that tag. */
-    hak_chunk_map_set(nb, new_len, HAK_CHUNK_LARGE);
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
     if (mremap(base, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, nb) == MAP_FAILED) {
         hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);

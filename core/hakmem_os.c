@@ -106,30 +106,58 @@ unsigned hak_chunk_kind_radix(const void *p) {
     return __atomic_load_n(&leaf[i & (RADIX_LEAF - 1)], __ATOMIC_RELAXED);
 }
 
-static void radix_set(uintptr_t i, uint8_t kind) {
+/* False only when a leaf for a new tag cannot be had (out of memory). */
+static bool radix_set(uintptr_t i, uint8_t kind) {
     uint8_t **slot = &radix_top[i >> RADIX_LEAF_BITS];
     uint8_t *leaf = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (leaf == NULL) {
-        if (kind == HAK_CHUNK_NONE) return;
+        if (kind == HAK_CHUNK_NONE) return true;
         hak_lock(&radix_lock);
         leaf = *slot;
         if (leaf == NULL) {
             leaf = hak_meta_alloc(RADIX_LEAF);
-            if (leaf == NULL) hak_fatal("out of memory for the chunk map at", (void *)(i << HAK_CHUNK_SHIFT));
-            __atomic_store_n(slot, leaf, __ATOMIC_RELEASE);
+            if (leaf != NULL) __atomic_store_n(slot, leaf, __ATOMIC_RELEASE);
         }
         hak_unlock(&radix_lock);
+        if (leaf == NULL) return false;
     }
     __atomic_store_n(&leaf[i & (RADIX_LEAF - 1)], kind, __ATOMIC_RELEASE);
+    return true;
 }
 
-void hak_chunk_map_set(void *base, size_t len, uint8_t kind) {
+bool hak_chunk_map_set(void *base, size_t len, uint8_t kind) {
     uintptr_t first = (uintptr_t)base >> HAK_CHUNK_SHIFT;
     uintptr_t last = ((uintptr_t)base + len - 1) >> HAK_CHUNK_SHIFT;
     for (uintptr_t i = first; i <= last && i < HAK_MAP_ENTRIES; i++) {
-        if (hak_radix_in_use) radix_set(i, kind);
-        else __atomic_store_n(&hak_chunk_map[i], kind, __ATOMIC_RELEASE);
+        if (!hak_radix_in_use) {
+            __atomic_store_n(&hak_chunk_map[i], kind, __ATOMIC_RELEASE);
+        } else if (!radix_set(i, kind)) {
+            if (i > first) hak_chunk_map_set(base, (i - first) << HAK_CHUNK_SHIFT, HAK_CHUNK_NONE);
+            return false;
+        }
     }
+    return true;
+}
+
+/* A new range for hakmem, tagged in the chunk map.  When the OS says no,
+ * the empty SuperSlabs of exited threads' heaps and the SuperSlabs and large
+ * mappings hakmem keeps cached go back first and the mapping is tried once
+ * more: memory freed by the program must be usable again whatever tier or
+ * thread it was cached for. */
+void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind) {
+    void *p = hak_os_map_aligned(len, align);
+    if (p == NULL) {
+        bool any = hak_heap_release_abandoned();
+        any |= hak_large_trim_cache();
+        any |= hak_ss_trim_cache();
+        if (any) p = hak_os_map_aligned(len, align);
+        if (p == NULL) return NULL;
+    }
+    if (!hak_chunk_map_set(p, len, kind)) {
+        hak_os_unmap_unused(p, len);
+        return NULL;
+    }
+    return p;
 }
 
 /* Metadata (thread heaps) comes from 1 MiB mappings carved by a bump pointer

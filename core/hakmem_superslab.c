@@ -85,9 +85,8 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
         memset(ss, 0, sizeof *ss);
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
-        ss = hak_os_map_aligned(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE);
+        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE, HAK_CHUNK_SS);
         if (ss == NULL) return NULL;
-        hak_chunk_map_set(ss, HAK_CHUNK_SIZE, HAK_CHUNK_SS);
     }
     ss->magic = HAK_SS_MAGIC;
     ss->free_pages = ~(uint64_t)0;
