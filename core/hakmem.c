@@ -41,20 +41,11 @@ static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
     return large_alloc(size, 0, false);
 }
 
-#ifndef HAK_HARDENED
 void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
     return alloc_mid_or_large(h, size);
 }
-#else
-void *hak_malloc(size_t size) {
-    hak_heap_t *h = hak_tls_heap;
-    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size) : alloc_mid_or_large(h, size);
-    hak_hardened_on_alloc(p, size);
-    return p;
-}
-#endif
 
 void *hak_calloc(size_t n, size_t size) {
     size_t total;

@@ -39,6 +39,19 @@ void hak_hardened_init(void) {
                            hak_class_block_size[c];
 }
 
+/* Why a free failed the slot test of hak_hardened_check_free. */
+void hak_hardened_bad_slot(const hak_slab_t *s, const void *p) {
+    if (s->tier == HAK_TIER_NONE || s->capacity == 0)
+        hak_fatal("free(): not a live block (double free or invalid pointer)", p);
+    hak_superslab_t *ss = hak_ss_of(p);
+    unsigned idx = (unsigned)(s - ss->slabs);
+    uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
+    if ((uintptr_t)p < start) hak_fatal("free(): pointer into a slab header", p);
+    if (((uintptr_t)p - start) / hak_class_block_size[s->cls] >= s->capacity)
+        hak_fatal("free(): pointer past the last block of its slab", p);
+    hak_fatal("free(): pointer into the middle of a block", p);
+}
+
 /* Address space given back to the OS stays reserved, inaccessible and
  * marked dead, for the last DEAD_RANGES ranges. */
 #define DEAD_RANGES 64

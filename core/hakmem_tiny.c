@@ -64,9 +64,13 @@ void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls) {
         if (hak_opt.stats && p != NULL) hak_stats_alloc(real, hak_class_block_size[real]);
         return p;
     }
-    if (cls == HAK_C2_CLASS) return c2_refill(h);
-    void *p;
-    if (hak_class_take(h, cls, &p, 1) == 1) return p;
+    void *p = NULL;
+    if (cls == HAK_C2_CLASS) p = c2_refill(h);
+    else if (hak_class_take(h, cls, &p, 1) != 1) p = NULL;
+    if (p != NULL) {
+        hak_block_taken(p);
+        return p;
+    }
     errno = ENOMEM;
     return NULL;
 }

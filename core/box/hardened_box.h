@@ -1,6 +1,7 @@
 /* hardened_box — the checks of the hardened build (HAK_HARDENED) on the
  * malloc and free paths: a freed-mark in each free block's second word (the
- * key XOR its address, cleared by malloc) catches a double free anywhere in
+ * key XOR its address, cleared as malloc hands the block out:
+ * hak_block_taken in block_link_box.h) catches a double free anywhere in
  * the ring, cache and free lists; the block's offset in its slab catches
  * frees into the middle of a block or the slab header; the slab's state
  * catches frees of blocks whose memory was given back. */
@@ -20,25 +21,20 @@ HAK_INTERNAL extern uint64_t hak_div_magic[HAK_NUM_CLASSES];
 
 static inline uintptr_t hak_freed_mark(const void *p) { return hak_mark_key ^ (uintptr_t)p; }
 
-/* A block up to 1 MiB (always a SuperSlab block) loses its freed-mark. */
-static inline void hak_hardened_on_alloc(void *p, size_t size) {
-    if (p != NULL && size <= HAK_L25_MAX) ((uintptr_t *)p)[1] = 0;
-}
+HAK_INTERNAL void hak_hardened_bad_slot(const hak_slab_t *s, const void *p);
 
 static inline void hak_hardened_check_free(void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     unsigned idx = ss->page_head[hak_page_of(p)];
     hak_slab_t *s = &ss->slabs[idx];
-    if (hak_unlikely(s->tier == HAK_TIER_NONE))
-        hak_fatal("free(): not a live block (double free or invalid pointer)", p);
     /* page 0's blocks start after the header */
     uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
-    uint32_t bs = hak_class_block_size[s->cls];
-    if (hak_unlikely((uintptr_t)p < start)) hak_fatal("free(): pointer into a slab header", p);
-    uint64_t off = (uintptr_t)p - start;
+    uint64_t off = (uintptr_t)p - start;          /* huge if p is below start */
     uint64_t q = (off * hak_div_magic[s->cls]) >> HAK_DIV_SHIFT;
-    if (hak_unlikely(off != q * bs)) hak_fatal("free(): pointer into the middle of a block", p);
-    if (hak_unlikely(q >= s->capacity)) hak_fatal("free(): pointer past the last block of its slab", p);
+    /* a retired slab has capacity 0: every q fails the second test */
+    if (hak_unlikely(off != q * hak_class_block_size[s->cls] || q >= s->capacity))
+        hak_hardened_bad_slot(s, p);
+    uint32_t bs = hak_class_block_size[s->cls];
     if (hak_unlikely(s->released != 0)) {
         for (uint64_t k = off / 4096; k <= (off + bs - 1) / 4096 && k < 16; k++)
             if (s->released >> k & 1)

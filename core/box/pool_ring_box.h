@@ -5,6 +5,7 @@
 #define HAK_POOL_RING_BOX_H
 
 #include "hakmem_internal.h"
+#include "box/block_link_box.h"
 
 static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
     return h->ring[cls];
@@ -12,7 +13,11 @@ static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
 
 static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
     hak_ring_t *r = hak_pool_ring(h, cls);
-    if (hak_likely(r->count != 0)) return r->slot[--r->count];
+    if (hak_likely(r->count != 0)) {
+        void *p = r->slot[--r->count];
+        hak_block_taken(p);
+        return p;
+    }
     return hak_pool_alloc_slow(h, r, cls);
 }
 
@@ -21,7 +26,7 @@ static inline void hak_pool_free(hak_heap_t *h, unsigned cls, void *p) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     uint32_t n = r->count;
     if (hak_likely(n < r->cap)) {
-        if (hak_unlikely(n != 0 && r->slot[n - 1] == p)) {   /* free(p); free(p) */
+        if (HAK_CHEAP_DOUBLE_FREE_CHECK && hak_unlikely(n != 0 && r->slot[n - 1] == p)) {
             hak_bad_free("free(): double free of", p);
             return;
         }

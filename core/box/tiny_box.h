@@ -14,6 +14,7 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     if (hak_likely(b != NULL)) {
         s->free = hak_link_get(b);
         s->used++;
+        hak_block_taken(b);
         return b;
     }
     return hak_tiny_alloc_slow(h, cls);
@@ -23,7 +24,7 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
 static inline void hak_tiny_free(hak_heap_t *h, hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     hak_block_t *head = s->free;
-    if (hak_unlikely(head == b)) {                  /* free(p); free(p) */
+    if (HAK_CHEAP_DOUBLE_FREE_CHECK && hak_unlikely(head == b)) {  /* free(p); free(p) */
         hak_bad_free("free(): double free of", p);
         return;
     }
@@ -40,7 +41,7 @@ static inline void hak_c2_free(hak_heap_t *h, void *p) {
     hak_slab_t *c = &h->c2_cache;
     if (hak_likely(0u - c->used < HAK_C2_CACHE_CAP)) {
         hak_block_t *b = (hak_block_t *)p;
-        if (hak_unlikely(c->free == b)) {
+        if (HAK_CHEAP_DOUBLE_FREE_CHECK && hak_unlikely(c->free == b)) {
             hak_bad_free("free(): double free of", p);
             return;
         }
