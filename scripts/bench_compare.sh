@@ -513,6 +513,7 @@ for i in "${!B_ID[@]}"; do
     done
 done
 ELAPSED=$(( $(date +%s) - T0 ))
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 
 # ---------------------------------------------------------------- aggregate
 # SUMMARY: id alloc nok median min max rss_max_kb ratio   (one line per pair, in order)
@@ -708,7 +709,7 @@ cp "$RAW" "$OUT/latest.tsv"
     echo "- date: $DATE"
     echo "- commit: $COMMIT"
     echo "- command: \`$ORIG_CMD\`"
-    echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD"
+    echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END"
     [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
     [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
     echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators; each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
