@@ -315,7 +315,8 @@ static void test_realloc_aligned_block(void **state)
 }
 
 /* A thread's very first allocations are aligned requests: every slab it
- * gets is new, including the one on page 0 beside the SuperSlab header. */
+ * gets is new, including the one on page 0 beside the SuperSlab header.
+ * (HAK_STD: the hak_* names in sanitizer builds, tier_common.h.) */
 static void *first_allocs_aligned(void *arg)
 {
     (void)arg;
@@ -325,17 +326,17 @@ static void *first_allocs_aligned(void *arg)
     for (size_t a = 32; a <= 65536; a <<= 1) {
         for (int i = 0; i < 100 && n < 400; i++) {
             void *p = NULL;
-            if (posix_memalign(&p, a, a) != 0 || p == NULL || ((uintptr_t)p & (a - 1)) != 0) bad++;
+            if (HAK_STD(posix_memalign)(&p, a, a) != 0 || p == NULL || ((uintptr_t)p & (a - 1)) != 0) bad++;
             if (p != NULL) { memset(p, 0x5a, a); keep[n++] = p; }
         }
-        while (n > 0) free(keep[--n]);
+        while (n > 0) HAK_STD(free)(keep[--n]);
     }
     for (int i = 0; i < 100; i++) {
-        void *p = valloc(100);
+        void *p = HAK_STD(valloc)(100);
         if (p == NULL || ((uintptr_t)p & 4095) != 0) bad++;
         keep[n++] = p;
     }
-    while (n > 0) free(keep[--n]);
+    while (n > 0) HAK_STD(free)(keep[--n]);
     return (void *)bad;
 }
 

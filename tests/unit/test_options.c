@@ -28,17 +28,28 @@
 
 #define PREFIX "hakmem: HAKMEM_BATCH_TIER_SIZE="
 
+/* Sanitizer builds (-DHAK_TEST_HAK_ONLY, scripts/run_sanitizers.sh) link
+ * hakmem without the libc names: the child allocates through hak_*. */
+#ifdef HAK_TEST_HAK_ONLY
+#include "hakmem.h"
+#define CHILD_MALLOC hak_malloc
+#define CHILD_FREE hak_free
+#else
+#define CHILD_MALLOC malloc
+#define CHILD_FREE free
+#endif
+
 /* The child: allocate (which initialises hakmem if the constructor did not)
  * and exit. */
 static int child_main(void)
 {
-    void *p = malloc(100);
-    void *q = malloc(5000);
+    void *p = CHILD_MALLOC(100);
+    void *q = CHILD_MALLOC(5000);
     if (p == NULL || q == NULL) return 2;
     memset(p, 1, 100);
     memset(q, 2, 5000);
-    free(q);
-    free(p);
+    CHILD_FREE(q);
+    CHILD_FREE(p);
     return 0;
 }
 

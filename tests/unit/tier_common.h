@@ -3,6 +3,8 @@
  *
  * Always available:
  *   TEST_API(fn, api)      a cmocka test named "fn/api" run with state &api
+ *   HAK_STD(), SKIP_IF_HAK_ONLY(), HAK_STD_NAMES  for sanitizer builds
+ *                          (-DHAK_TEST_HAK_ONLY, below)
  *   std_usable()           malloc_usable_size with the hak_usable_size type
  *   tier_name(), expected_tier()
  *   pat_fill(), pat_check() a position-dependent fill pattern and its check
@@ -34,7 +36,30 @@
 
 #include "hakmem.h"
 
+/* ---- sanitizer builds (scripts/run_sanitizers.sh) -----------------------
+ * Compiled with -DHAK_TEST_HAK_ONLY, the tests are linked with hakmem built
+ * as a plain library (-DHAK_NO_INTERPOSE): malloc, free & co. are then the
+ * sanitizer's (or glibc's), not hakmem's, and only the hak_* names can pass.
+ *   TEST_API(fn, API_STD)   reported as skipped (API_HAK variants run);
+ *   HAK_STD(name)           hak_name instead of name (malloc -> hak_malloc),
+ *                           where a test only needs "the allocator";
+ *   SKIP_IF_HAK_ONLY()      at the top of a test about the libc names: skip it;
+ *   HAK_STD_NAMES           0 (1 in the normal build), for finer choices.
+ * In the normal build these change nothing. */
+#ifdef HAK_TEST_HAK_ONLY
+#define HAK_STD_NAMES 0
+#define HAK_STD(name) hak_##name
+#define SKIP_IF_HAK_ONLY() do { skip(); return; } while (0)
+static inline void skip_std_variant(void **state) { (void)state; skip(); }
+#define TEST_API(fn, api) TEST_API_##api(fn)
+#define TEST_API_API_HAK(fn) { #fn "/API_HAK", fn, NULL, NULL, &API_HAK }
+#define TEST_API_API_STD(fn) { #fn "/API_STD", skip_std_variant, NULL, NULL, &API_STD }
+#else
+#define HAK_STD_NAMES 1
+#define HAK_STD(name) name
+#define SKIP_IF_HAK_ONLY() do { } while (0)
 #define TEST_API(fn, api) { #fn "/" #api, fn, NULL, NULL, &api }
+#endif
 
 static inline size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
 
