@@ -4,6 +4,7 @@
 #   make DEBUG=1              -O0 -g with internal assertions
 #   make L2_RING=N L25_RING=M per-thread ring capacities of the L2 / L2.5 pools
 #   make test                 every test (installs missing test dependencies)
+#   make sanitize / fuzz      UBSan+TSan unit tests / libFuzzer (FUZZ_SECONDS=60)
 #   make bench / bench-full   benchmarks, hakmem against other allocators
 #   make install PREFIX=/usr/local DESTDIR=
 
@@ -33,7 +34,7 @@ CORE_SRC := $(wildcard core/*.c)
 CORE_HDR := $(wildcard core/*.h core/box/*.h)
 CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
 
-.PHONY: all lib test bench bench-full install uninstall clean benches tests
+.PHONY: all lib test bench bench-full install uninstall clean benches tests sanitize fuzz
 
 all: lib benches
 
@@ -119,6 +120,18 @@ test:
 	$(MAKE) lib benches
 	$(MAKE) tests
 	scripts/run_tests.sh
+	scripts/run_sanitizers.sh
+	scripts/run_fuzz.sh 15
+
+# The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer
+# (hakmem built as a plain library, -DHAK_NO_INTERPOSE); SAN_STRESS=1 adds
+# the stress tests.
+sanitize:
+	scripts/run_sanitizers.sh
+
+# libFuzzer on the hak_* API with a shadow model (FUZZ_SECONDS, default 60).
+fuzz:
+	scripts/run_fuzz.sh $(or $(FUZZ_SECONDS),60)
 
 # ---- install ---------------------------------------------------------------
 install: lib

@@ -48,7 +48,8 @@ void hak_remote_free(hak_slab_t *s, void *p) {
     do {
         hak_link_set(b, (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY));
     } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
-                                                    memory_order_release, memory_order_relaxed));
+                                                    memory_order_acq_rel, memory_order_relaxed));
+    /* acq_rel: a freer that takes NOTIFY has seen the owner's arming of it */
     if (old & HAK_REMOTE_NOTIFY) {
         hak_heap_t *owner = s->owner;
         hak_slab_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);

@@ -49,7 +49,8 @@ static char *cache_take(size_t len, size_t *got_len) {
         base = cache[best].base;
         *got_len = cache[best].len;
         cache_bytes -= cache[best].len;
-        cache[best] = cache[--cache_count];
+        __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
+        cache[best] = cache[cache_count];
     }
     hak_unlock(&cache_lock);
     return base;
@@ -62,7 +63,7 @@ static bool cache_put(char *base, size_t len) {
     if (cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES) {
         cache[cache_count].base = base;
         cache[cache_count].len = len;
-        cache_count++;
+        __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
         cache_bytes += len;
         ok = true;
     }
@@ -84,7 +85,7 @@ bool hak_large_trim_cache(void) {
     hak_lock(&cache_lock);
     bool any = cache_count != 0;
     while (cache_count) {
-        cache_count--;
+        __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
         release(cache[cache_count].base, cache[cache_count].len);
     }
     cache_bytes = 0;
@@ -100,11 +101,13 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     if (align < HAK_LARGE_HDR) align = HAK_LARGE_HDR;
     /* The user pointer sits at `align` into the mapping; the header before it. */
     size_t off = align;
-    if (size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
+    if (off > (size_t)PTRDIFF_MAX / 2 || size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t len = (off + size + HAK_CHUNK_SIZE - 1) & ~(HAK_CHUNK_SIZE - 1);
+    /* at least one byte past the pointer, so even a 0-byte block with a
+     * chunk-sized alignment lies inside its own mapping */
+    size_t len = (off + (size ? size : 1) + HAK_CHUNK_SIZE - 1) & ~(HAK_CHUNK_SIZE - 1);
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     char *base = NULL;
     if (map_align == HAK_CHUNK_SIZE) {

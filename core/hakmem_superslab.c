@@ -78,7 +78,10 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     if (__atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
         hak_lock(&ss_cache_lock);
         ss = ss_cache;
-        if (ss != NULL) { ss_cache = ss->next; ss_cache_count--; }
+        if (ss != NULL) {
+            __atomic_store_n(&ss_cache, ss->next, __ATOMIC_RELAXED);   /* peeked unlocked */
+            ss_cache_count--;
+        }
         hak_unlock(&ss_cache_lock);
     }
     if (ss != NULL) {
@@ -107,7 +110,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
         size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
         hak_os_decommit((char *)ss + keep, HAK_CHUNK_SIZE - keep);
         ss->next = ss_cache;
-        ss_cache = ss;
+        __atomic_store_n(&ss_cache, ss, __ATOMIC_RELAXED);
         ss_cache_count++;
         hak_unlock(&ss_cache_lock);
         return;
@@ -238,7 +241,7 @@ bool hak_ss_purge_heap(hak_heap_t *h) {
 bool hak_ss_trim_cache(void) {
     hak_lock(&ss_cache_lock);
     hak_superslab_t *list = ss_cache;
-    ss_cache = NULL;
+    __atomic_store_n(&ss_cache, NULL, __ATOMIC_RELAXED);
     ss_cache_count = 0;
     hak_unlock(&ss_cache_lock);
     bool any = list != NULL;
