@@ -43,6 +43,9 @@ usage: scripts/bench_compare.sh [options]
                       --callgrind: 600)
   --bench-dir DIR     where the NAME_system binaries are (default: build/bench)
   --hakmem-lib PATH   the hakmem library to preload (default: ./libhakmem.so)
+  --commit TEXT       the commit to name in the report (default: the tree's
+                      HEAD, with -dirty when core/ or the Makefile have
+                      uncommitted changes); for a library built elsewhere
   --no-install        never install missing packages
   --no-chart          do not draw latest.png
   -h, --help          this text
@@ -61,7 +64,7 @@ say()  { echo "$PROG: $*" >&2; }
 # ---------------------------------------------------------------- options
 RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; QUICK=0; OUT=""
 CALLGRIND=0; CG_CYCLES=200000; ONLY=""; TIMEOUT=""; BENCH_DIR="$REPO/build/bench"
-HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1
+HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""
 ORIG_CMD="scripts/bench_compare.sh"
 for a in "$@"; do
     if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then ORIG_CMD+=" $a"; else ORIG_CMD+=" '${a//\'/\'\\\'\'}'"; fi
@@ -88,6 +91,8 @@ while [ $# -gt 0 ]; do
         --bench-dir=*) BENCH_DIR=${1#*=}; shift ;;
         --hakmem-lib)  need_arg "$@"; HAKMEM_LIB=$2; shift 2 ;;
         --hakmem-lib=*) HAKMEM_LIB=${1#*=}; shift ;;
+        --commit)      need_arg "$@"; COMMIT_LABEL=$2; shift 2 ;;
+        --commit=*)    COMMIT_LABEL=${1#*=}; shift ;;
         --no-install)  INSTALL=0; shift ;;
         --no-chart)    CHART=0; shift ;;
         -h|--help)     usage; exit 0 ;;
@@ -338,7 +343,7 @@ commit_id() {
     fi
     echo "$c"
 }
-COMMIT=$(commit_id)
+COMMIT=${COMMIT_LABEL:-$(commit_id)}
 CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
 NCPU=$(nproc 2>/dev/null || echo "?")
 MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null)
@@ -644,8 +649,11 @@ draw_chart() {
     local w=1100; [ $have_ratios = 1 ] && [ $have_mem = 1 ] && w=1500
     local term="pngcairo size $w,580 font 'sans,10'"
     gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size $w,580"
-    local p1="plot '$dat' using 2:xtic(1) title columnheader(2)" c
-    for ((c = 3; c <= ${#peers[@]} + 1; c++)); do p1+=", '' using $c title columnheader($c)"; done
+    # bars of log2(ratio), so that 2x faster and 2x slower are the same height
+    # up and down from the 1.0 line (the numbers are in the table)
+    local np=${#peers[@]} c p1
+    p1="plot '$dat' using (lg(\$2)):xtic(1) title columnheader(2)"
+    for ((c = 3; c <= np + 1; c++)); do p1+=", '' using (lg(\$$c)) title columnheader($c)"; done
     {
         echo "set terminal $term"
         echo "set termoption noenhanced"
@@ -668,12 +676,17 @@ draw_chart() {
         fi
         if [ $have_ratios = 1 ]; then
             echo "set title \"$REF throughput / each allocator's (above 1 = $REF faster)$sub\""
-            echo "set ylabel \"ratio of median ops/s\""
+            echo "set ylabel \"ratio of median ops/s (log scale)\""
+            echo "lg(x) = log(x) / log(2)"
+            echo "set ytics (\"1/8\" -3, \"1/4\" -2, \"1/2\" -1, \"0.75\" lg(0.75), \"1\" 0, \"1.25\" lg(1.25), \"1.5\" lg(1.5), \"2\" 1, \"3\" lg(3), \"4\" 2, \"8\" 3, \"16\" 4, \"32\" 5, \"64\" 6)"
+            echo "set yrange [*:*]"
+            echo "set offsets 0, 0, 0.3, 0.3"
             echo "set key top right"
             echo "set xrange [-0.6:$(( $(wc -l < "$dat") - 2 )).6]"
-            echo "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead lw 2 dt 2 lc rgb 'black' front"
+            echo "set arrow 1 from graph 0, first 0 to graph 1, first 0 nohead lw 2 dt 2 lc rgb 'black' front"
             echo "$p1"
             echo "unset arrow 1"
+            echo "set ytics autofreq; set offsets 0, 0, 0, 0; set yrange [0:*]"
         fi
         if [ $have_mem = 1 ]; then
             [ $have_ratios = 1 ] && echo "set size 0.32,0.94; set origin 0.68,0"
