@@ -129,7 +129,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
         kind = hak_chunk_kind_radix(p);
 #ifdef HAK_HARDENED
-        if (kind == HAK_CHUNK_SS) hak_hardened_check_free(p);
+        if (kind == HAK_CHUNK_SS && !hak_hardened_quick_free(p)) hak_hardened_check_free(p);
 #endif
     }
     if (kind == HAK_CHUNK_DEAD) hak_fatal("free(): block already given back to the OS", p);
@@ -155,7 +155,11 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 void hak_free(void *p) {
     unsigned kind = hak_chunk_kind_flat(p);
 #ifdef HAK_HARDENED
-    if (kind == HAK_CHUNK_SS) hak_hardened_check_free(p);
+    if (kind == HAK_CHUNK_SS && hak_unlikely(!hak_hardened_quick_free(p))) {
+        hak_hardened_check_free(p);        /* stops, or marks the block */
+        free_cold(p, HAK_CHUNK_SS);
+        return;
+    }
 #endif
     if (hak_likely(kind == HAK_CHUNK_SS)) {
         hak_slab_t *s = hak_page_slab_of(p);

@@ -39,17 +39,27 @@ void hak_hardened_init(void) {
                            hak_class_block_size[c];
 }
 
-/* Why a free failed the slot test of hak_hardened_check_free. */
-void hak_hardened_bad_slot(const hak_slab_t *s, const void *p) {
+/* The full check of a SuperSlab block being freed: stops the process with
+ * the reason, or marks the block freed (a slab with pages given back whose
+ * block is not on one of them). */
+void hak_hardened_check_free(void *p) {
+    hak_superslab_t *ss = hak_ss_of(p);
+    unsigned idx = ss->page_head[hak_page_of(p)];
+    const hak_slab_t *s = &ss->slabs[idx];
     if (s->tier == HAK_TIER_NONE || s->capacity == 0)
         hak_fatal("free(): not a live block (double free or invalid pointer)", p);
-    hak_superslab_t *ss = hak_ss_of(p);
-    unsigned idx = (unsigned)(s - ss->slabs);
     uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
     if ((uintptr_t)p < start) hak_fatal("free(): pointer into a slab header", p);
-    if (((uintptr_t)p - start) / hak_class_block_size[s->cls] >= s->capacity)
-        hak_fatal("free(): pointer past the last block of its slab", p);
-    hak_fatal("free(): pointer into the middle of a block", p);
+    uintptr_t off = (uintptr_t)p - start;
+    uint32_t bs = hak_class_block_size[s->cls];
+    if (off / bs >= s->capacity) hak_fatal("free(): pointer past the last block of its slab", p);
+    if (off % bs != 0) hak_fatal("free(): pointer into the middle of a block", p);
+    uintptr_t page_off = (uintptr_t)p - ((uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT));
+    for (uintptr_t k = page_off / 4096; k <= (page_off + bs - 1) / 4096 && k < 16; k++)
+        if (s->released >> k & 1) hak_fatal("free(): block already freed and given back to the OS", p);
+    uintptr_t *w = p;
+    if (w[1] == hak_freed_mark(p)) hak_fatal("free(): double free of", p);
+    w[1] = hak_freed_mark(p);
 }
 
 /* Address space given back to the OS stays reserved, inaccessible and

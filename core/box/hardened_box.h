@@ -21,9 +21,13 @@ HAK_INTERNAL extern uint64_t hak_div_magic[HAK_NUM_CLASSES];
 
 static inline uintptr_t hak_freed_mark(const void *p) { return hak_mark_key ^ (uintptr_t)p; }
 
-HAK_INTERNAL void hak_hardened_bad_slot(const hak_slab_t *s, const void *p);
+/* The whole check, diagnosing and stopping on a bad free (hakmem_hardened.c). */
+HAK_INTERNAL void hak_hardened_check_free(void *p);
 
-static inline void hak_hardened_check_free(void *p) {
+/* The common case inline: a block start of a live slab with no pages given
+ * back, not marked free.  Then marks it.  Anything else: false, and the
+ * caller runs hak_hardened_check_free, which finds out what is wrong. */
+static inline bool hak_hardened_quick_free(void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     unsigned idx = ss->page_head[hak_page_of(p)];
     hak_slab_t *s = &ss->slabs[idx];
@@ -31,18 +35,13 @@ static inline void hak_hardened_check_free(void *p) {
     uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
     uint64_t off = (uintptr_t)p - start;          /* huge if p is below start */
     uint64_t q = (off * hak_div_magic[s->cls]) >> HAK_DIV_SHIFT;
-    /* a retired slab has capacity 0: every q fails the second test */
-    if (hak_unlikely(off != q * hak_class_block_size[s->cls] || q >= s->capacity))
-        hak_hardened_bad_slot(s, p);
-    uint32_t bs = hak_class_block_size[s->cls];
-    if (hak_unlikely(s->released != 0)) {
-        for (uint64_t k = off / 4096; k <= (off + bs - 1) / 4096 && k < 16; k++)
-            if (s->released >> k & 1)
-                hak_fatal("free(): block already freed and given back to the OS", p);
-    }
     uintptr_t *w = p;
-    if (hak_unlikely(w[1] == hak_freed_mark(p))) hak_fatal("free(): double free of", p);
+    /* a retired slab has capacity 0: every q fails the capacity test */
+    if (off != q * hak_class_block_size[s->cls] || q >= s->capacity || s->released != 0 ||
+        w[1] == hak_freed_mark(p))
+        return false;
     w[1] = hak_freed_mark(p);
+    return true;
 }
 #endif
 
