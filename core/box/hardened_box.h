@@ -24,9 +24,10 @@ static inline uintptr_t hak_freed_mark(const void *p) { return hak_mark_key ^ (u
 /* The whole check, diagnosing and stopping on a bad free (hakmem_hardened.c). */
 HAK_INTERNAL void hak_hardened_check_free(void *p);
 
-/* The common case inline: a block start of a live slab with no pages given
- * back, not marked free.  Then marks it.  Anything else: false, and the
- * caller runs hak_hardened_check_free, which finds out what is wrong. */
+/* The common case inline: a block start of a live slab, not marked free.
+ * Then marks it.  Anything else: false, and the caller runs
+ * hak_hardened_check_free, which finds out what is wrong.  (Live slabs give
+ * no pages back in this build, so no block can lie on one.) */
 static inline bool hak_hardened_quick_free(void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     unsigned idx = ss->page_head[hak_page_of(p)];
@@ -37,8 +38,7 @@ static inline bool hak_hardened_quick_free(void *p) {
     uint64_t q = (off * hak_div_magic[s->cls]) >> HAK_DIV_SHIFT;
     uintptr_t *w = p;
     /* a retired slab has capacity 0: every q fails the capacity test */
-    if (off != q * hak_class_block_size[s->cls] || q >= s->capacity || s->released != 0 ||
-        w[1] == hak_freed_mark(p))
+    if (off != q * hak_class_block_size[s->cls] || q >= s->capacity || w[1] == hak_freed_mark(p))
         return false;
     w[1] = hak_freed_mark(p);
     return true;
