@@ -14,6 +14,7 @@ DESTDIR  ?=
 L2_RING  ?= 48
 L25_RING ?= 16
 DEBUG    ?= 0
+HARDENED ?= 0
 
 BUILD    := build
 OBJDIR   := $(BUILD)/obj
@@ -36,11 +37,14 @@ CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
 
 .PHONY: all lib test bench bench-full install uninstall clean benches tests sanitize fuzz
 
+ifeq ($(HARDENED),1)
+all: lib
+else
 all: lib benches
+endif
 
 # The hardened flavour (encoded free lists, checked frees): always built
 # beside the default one; HARDENED=1 builds only it.
-HARDENED ?= 0
 OBJDIR_H   := $(BUILD)/obj-hardened
 CORE_OBJ_H := $(patsubst core/%.c,$(OBJDIR_H)/%.o,$(CORE_SRC))
 

@@ -183,6 +183,7 @@ size_t hak_usable_size(const void *p) {
         return s->tier == HAK_TIER_NONE ? 0 : hak_class_block_size[s->cls];
     }
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
+    if (kind == HAK_CHUNK_DEAD) hak_fatal("malloc_usable_size(): block already given back to the OS", p);
     if (p == NULL) return 0;
     size_t (*fn)(void *) = __atomic_load_n(&libc_usable_size, __ATOMIC_ACQUIRE);
     if (fn == NULL) {

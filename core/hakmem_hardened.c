@@ -66,6 +66,9 @@ void hak_hardened_check_free(void *p) {
  * marked dead, for the last DEAD_RANGES ranges. */
 #define DEAD_RANGES 64
 static hak_lock_t dead_lock;
+
+void hak_hardened_lock_all(void)   { hak_lock(&dead_lock); }
+void hak_hardened_unlock_all(void) { hak_unlock(&dead_lock); }
 static struct { char *base; size_t len; } dead[DEAD_RANGES];
 static unsigned dead_next;
 

@@ -265,11 +265,17 @@ static void fork_prepare(void) {
     hak_lock(&heap_lock);
     hak_ss_lock_all();
     hak_large_lock_all();
+#ifdef HAK_HARDENED
+    hak_hardened_lock_all();
+#endif
     hak_os_lock_all();
 }
 
 static void fork_parent(void) {
     hak_os_unlock_all();
+#ifdef HAK_HARDENED
+    hak_hardened_unlock_all();
+#endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
     hak_unlock(&heap_lock);
@@ -277,6 +283,9 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
     hak_os_unlock_all();
+#ifdef HAK_HARDENED
+    hak_hardened_unlock_all();
+#endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)

@@ -272,6 +272,8 @@ HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
 /* Hardened build (hakmem_hardened.c; the checks: box/hardened_box.h). */
 #ifdef HAK_HARDENED
 HAK_INTERNAL void hak_hardened_init(void);
+HAK_INTERNAL void hak_hardened_lock_all(void);
+HAK_INTERNAL void hak_hardened_unlock_all(void);
 #endif
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);

@@ -31,8 +31,9 @@ int main(int argc, char **argv) {
         free(p);
     } else if (strcmp(what, "later-double") == 0) {  /* other frees in between */
         char *p = malloc(n), *q = malloc(n);
+        sink = q;                                   /* q escapes: both frees stay */
         free(p);
-        free(q);
+        free(sink);
         say(p);
         free(p);
     } else if (strcmp(what, "interior") == 0) {      /* into the middle of a block */
