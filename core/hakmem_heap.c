@@ -271,23 +271,23 @@ static void fork_prepare(void) {
     hak_os_lock_all();
 }
 
-static void fork_parent(void) {
+/* All but heap_lock, in the reverse order. */
+static void fork_unlock_inner(void) {
     hak_os_unlock_all();
 #ifdef HAK_HARDENED
     hak_hardened_unlock_all();
 #endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
+}
+
+static void fork_parent(void) {
+    fork_unlock_inner();
     hak_unlock(&heap_lock);
 }
 
 static void fork_child(void) {
-    hak_os_unlock_all();
-#ifdef HAK_HARDENED
-    hak_hardened_unlock_all();
-#endif
-    hak_large_unlock_all();
-    hak_ss_unlock_all();
+    fork_unlock_inner();
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
         if (h != hak_tls_owner && h->state == HAK_HEAP_ACTIVE) h->state = HAK_HEAP_ORPHANED;
     hak_unlock(&heap_lock);
