@@ -119,13 +119,14 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
 
+# run_tests.sh last: its "N passed, N failed" line closes the output.
 test:
 	scripts/install_deps.sh test
 	$(MAKE) lib benches
 	$(MAKE) tests
-	scripts/run_tests.sh
 	scripts/run_sanitizers.sh
 	scripts/run_fuzz.sh 15
+	scripts/run_tests.sh
 
 # The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer
 # (hakmem built as a plain library, -DHAK_NO_INTERPOSE); SAN_STRESS=1 adds
