@@ -297,4 +297,79 @@ static inline int st_rss_guard(void)
     return 0;
 }
 
+/* ---- self-describing blocks: a header {size, tag}, then the pattern ------
+ * (test_fork, test_thread_churn: blocks whose owner forgets their size). */
+typedef struct { size_t size; uint64_t tag; } blk_hdr;
+
+static inline void *st_blk_new(size_t size, uint64_t tag, const char *what)
+{
+    if (size < sizeof(blk_hdr)) size = sizeof(blk_hdr);
+    blk_hdr *h = malloc(size);
+    if (!h) { stress_fail("%s: malloc(%zu) returned NULL", what, size); return NULL; }
+    st_check_align(h, size, what);
+    h->size = size;
+    h->tag = tag;
+    st_fill(h + 1, size - sizeof *h, st_key(h, size, tag));
+    return h;
+}
+
+static inline int st_blk_check(void *p, const char *what)
+{
+    blk_hdr *h = p;
+    if (h->size < sizeof *h || h->size > ST_LARGE_MAX) {
+        stress_fail("CORRUPTION (%s): block %p has a bad size header %zu", what, p, h->size);
+        return 0;
+    }
+    return st_check(h + 1, h->size - sizeof *h, st_key(h, h->size, h->tag), (size_t)-1, what, h->tag);
+}
+
+/* realloc a header block to a new size; the common prefix must survive. */
+static inline void *st_blk_realloc(void *p, size_t nsize, uint64_t tag, const char *what)
+{
+    blk_hdr old = *(blk_hdr *)p;
+    volatile uint64_t old_key = st_key(p, old.size, old.tag);  /* before realloc */
+    if (nsize < sizeof(blk_hdr)) nsize = sizeof(blk_hdr);
+    blk_hdr *h = realloc(p, nsize);
+    if (!h) { stress_fail("%s: realloc(%zu) returned NULL", what, nsize); return p; }
+    st_check_align(h, nsize, what);
+    if (h->size != old.size || h->tag != old.tag)
+        stress_fail("CORRUPTION (%s): header of %p changed by realloc", what, (void *)h);
+    else
+        st_check(h + 1, old.size - sizeof *h, old_key, nsize - sizeof *h, what, old.tag);
+    h->size = nsize;
+    h->tag = tag;
+    st_fill(h + 1, nsize - sizeof *h, st_key(h, nsize, tag));
+    return h;
+}
+
+/* ---- blocks whose size the owner keeps (test_remote_free, test_thread_exit) */
+typedef struct {
+    void    *p;
+    size_t   size;
+    uint64_t tag;
+} item_t;
+
+static inline void *item_new(item_t *it, size_t size, uint64_t tag, const char *what)
+{
+    it->p = malloc(size);
+    it->size = size;
+    it->tag = tag;
+    if (it->p == NULL) {
+        stress_fail("%s: malloc(%zu) returned NULL", what, size);
+        return NULL;
+    }
+    st_check_align(it->p, size, what);
+    st_fill(it->p, size, st_key(it->p, size, tag));
+    return it->p;
+}
+
+/* Check and free; a corrupted block is leaked (it may be in use elsewhere). */
+static inline void item_free(item_t *it, const char *what)
+{
+    if (it->p == NULL) return;
+    if (st_check(it->p, it->size, st_key(it->p, it->size, it->tag), (size_t)-1, what, it->tag))
+        free(it->p);
+    it->p = NULL;
+}
+
 #endif /* HAKMEM_STRESS_COMMON_H */

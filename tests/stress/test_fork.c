@@ -35,54 +35,10 @@
 /* The busy threads keep ~100 blocks live; stop early past this RSS growth. */
 #define FORK_RSS_SLACK    ((size_t)2 << 30)
 
-/* ---- self-describing blocks: a header {size, tag} then the pattern ----- */
-typedef struct { size_t size; uint64_t tag; } blk_hdr;
-
-static void *blk_new(st_rng *r, size_t size, uint64_t tag, const char *what)
-{
-    if (size < sizeof(blk_hdr)) size = sizeof(blk_hdr);
-    blk_hdr *h = malloc(size);
-    if (!h) { stress_fail("%s: malloc(%zu) returned NULL", what, size); return NULL; }
-    st_check_align(h, size, what);
-    h->size = size;
-    h->tag = tag;
-    (void)r;
-    st_fill(h + 1, size - sizeof *h, st_key(h, size, tag));
-    return h;
-}
-
-static int blk_check(void *p, const char *what)
-{
-    blk_hdr *h = p;
-    if (h->size < sizeof *h || h->size > ST_LARGE_MAX) {
-        stress_fail("CORRUPTION (%s): block %p has a bad size header %zu", what, p, h->size);
-        return 0;
-    }
-    return st_check(h + 1, h->size - sizeof *h, st_key(h, h->size, h->tag), (size_t)-1, what, h->tag);
-}
-
+/* Blocks: st_blk_* in stress_common.h; corrupted blocks are leaked. */
 static void blk_free(void *p, const char *what)
 {
-    if (p && blk_check(p, what)) free(p);   /* corrupted blocks are leaked */
-}
-
-/* realloc a header block to a new size; the common prefix must survive. */
-static void *blk_realloc(void *p, size_t nsize, uint64_t tag, const char *what)
-{
-    blk_hdr old = *(blk_hdr *)p;
-    volatile uint64_t old_key = st_key(p, old.size, old.tag);  /* before realloc */
-    if (nsize < sizeof(blk_hdr)) nsize = sizeof(blk_hdr);
-    blk_hdr *h = realloc(p, nsize);
-    if (!h) { stress_fail("%s: realloc(%zu) returned NULL", what, nsize); return p; }
-    st_check_align(h, nsize, what);
-    if (h->size != old.size || h->tag != old.tag)
-        stress_fail("CORRUPTION (%s): header of %p changed by realloc", what, (void *)h);
-    else
-        st_check(h + 1, old.size - sizeof *h, old_key, nsize - sizeof *h, what, old.tag);
-    h->size = nsize;
-    h->tag = tag;
-    st_fill(h + 1, nsize - sizeof *h, st_key(h, nsize, tag));
-    return h;
+    if (p && st_blk_check(p, what)) free(p);
 }
 
 /* ---- the busy parent threads ------------------------------------------ */
@@ -132,14 +88,14 @@ static void *busy_worker(void *arg)
         size_t s = st_next(&a->rng) % WORKER_SLOTS;
         if (roll < 45) {
             blk_free(mine[s], "worker-free");
-            mine[s] = blk_new(&a->rng, st_rand_size(&a->rng), (uint64_t)a->id, "worker");
+            mine[s] = st_blk_new(st_rand_size(&a->rng), (uint64_t)a->id, "worker");
         } else if (roll < 60) {
-            if (mine[s]) mine[s] = blk_realloc(mine[s], st_rand_size(&a->rng), (uint64_t)a->id, "worker-realloc");
+            if (mine[s]) mine[s] = st_blk_realloc(mine[s], st_rand_size(&a->rng), (uint64_t)a->id, "worker-realloc");
         } else {
             /* Swap through a shared slot: the block we get back was probably
              * allocated by another thread. */
             void *p = mine[s];
-            if (!p) p = blk_new(&a->rng, st_rand_size_nolarge(&a->rng), (uint64_t)a->id, "worker");
+            if (!p) p = st_blk_new(st_rand_size_nolarge(&a->rng), (uint64_t)a->id, "worker");
             mine[s] = NULL;
             void *old = atomic_exchange(&shared_slots[st_next(&a->rng) % SHARED_SLOTS], p);
             blk_free(old, "worker-remote-free");
@@ -167,7 +123,7 @@ static void *child_thread(void *arg)
     for (int i = 0; i < CHILD_OPS / 2; i++) {
         size_t s = st_next(&r) % 16;
         blk_free(slots[s], "child-thread-free");
-        slots[s] = blk_new(&r, st_rand_size(&r), 77, "child-thread");
+        slots[s] = st_blk_new(st_rand_size(&r), 77, "child-thread");
     }
     for (int i = 0; i < 16; i++) blk_free(slots[i], "child-thread-final");
     return NULL;
@@ -184,8 +140,8 @@ static int run_child(uint64_t seed, void **inherited, size_t n_inherited)
     /* Blocks inherited from the forking thread: check, free or realloc. */
     for (size_t i = 0; i < n_inherited; i++) {
         if (!inherited[i]) continue;
-        if (!blk_check(inherited[i], "child-inherited")) { inherited[i] = NULL; continue; }
-        if (i % 4 == 1) inherited[i] = blk_realloc(inherited[i], st_rand_size(&r), 99, "child-inherited-realloc");
+        if (!st_blk_check(inherited[i], "child-inherited")) { inherited[i] = NULL; continue; }
+        if (i % 4 == 1) inherited[i] = st_blk_realloc(inherited[i], st_rand_size(&r), 99, "child-inherited-realloc");
         else if (i % 4 != 3) { free(inherited[i]); inherited[i] = NULL; }
     }
     /* Blocks in the shared slots were allocated by the parent's other threads,
@@ -204,7 +160,7 @@ static int run_child(uint64_t seed, void **inherited, size_t n_inherited)
     for (int i = 0; i < CHILD_OPS; i++) {
         size_t s = st_next(&r) % 32;
         blk_free(slots[s], "child-free");
-        slots[s] = blk_new(&r, st_rand_size(&r), 55, "child");
+        slots[s] = st_blk_new(st_rand_size(&r), 55, "child");
         if (i % 7 == 0) {
             size_t n = st_rand_size(&r);
             unsigned char *z = calloc(1, n);
@@ -254,7 +210,7 @@ static void test_fork_from_main(void **state)
     void *inherited[INHERIT_BLOCKS];
     for (int i = 0; i < INHERIT_BLOCKS; i++) {
         size_t n = i < (int)(sizeof st_edge_sizes / sizeof st_edge_sizes[0]) ? st_edge_sizes[i] : st_rand_size(&r);
-        inherited[i] = blk_new(&r, n, 1234, "parent");
+        inherited[i] = st_blk_new(n, 1234, "parent");
         assert_non_null(inherited[i]);
     }
     start_workers(th, args, seed, -1);
@@ -265,7 +221,7 @@ static void test_fork_from_main(void **state)
         /* Keep the main thread's heap moving between forks too. */
         int k = round % INHERIT_BLOCKS;
         blk_free(inherited[k], "parent-free");
-        inherited[k] = blk_new(&r, st_rand_size(&r), 1234, "parent");
+        inherited[k] = st_blk_new(st_rand_size(&r), 1234, "parent");
         fork_and_check(st_next(&r), inherited, INHERIT_BLOCKS, &failures, round);
     }
     stop_workers(th);
@@ -274,7 +230,7 @@ static void test_fork_from_main(void **state)
 
     /* The children's frees must not have touched the parent's copies. */
     for (int i = 0; i < INHERIT_BLOCKS; i++) {
-        assert_true(blk_check(inherited[i], "parent-after"));
+        assert_true(st_blk_check(inherited[i], "parent-after"));
         free(inherited[i]);
     }
     assert_int_equal(failures, 0);
@@ -298,7 +254,7 @@ static void test_fork_from_worker(void **state)
     while (atomic_load(&args[1].forks) > 0 && st_now() - t0 < 60 && !st_rss_tripped) {
         size_t s = st_next(&r) % 16;
         blk_free(mine[s], "main-free");
-        mine[s] = blk_new(&r, st_rand_size_nolarge(&r), 4321, "main");
+        mine[s] = st_blk_new(st_rand_size_nolarge(&r), 4321, "main");
     }
     stop_workers(th);
     for (int i = 0; i < 16; i++) blk_free(mine[i], "main-final");

@@ -41,34 +41,7 @@ static size_t mixed_size(st_rng *r)
     return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
 }
 
-typedef struct {
-    void    *p;
-    size_t   size;
-    uint64_t tag;
-} item_t;
 
-static void *item_new(item_t *it, size_t size, uint64_t tag, const char *what)
-{
-    it->p = malloc(size);
-    it->size = size;
-    it->tag = tag;
-    if (it->p == NULL) {
-        stress_fail("%s: malloc(%zu) returned NULL", what, size);
-        return NULL;
-    }
-    st_check_align(it->p, size, what);
-    st_fill(it->p, size, st_key(it->p, size, tag));
-    return it->p;
-}
-
-/* Check and free; a corrupted block is leaked (it may be in use elsewhere). */
-static void item_free(item_t *it, const char *what)
-{
-    if (it->p == NULL) return;
-    if (st_check(it->p, it->size, st_key(it->p, it->size, it->tag), (size_t)-1, what, it->tag))
-        free(it->p);
-    it->p = NULL;
-}
 
 static void print_info(const char *when)
 {

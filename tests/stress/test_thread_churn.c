@@ -35,57 +35,22 @@
 #define CHURN_RSS_SLACK ((size_t)3 << 30)
 
 /* ---- self-describing blocks: a header {size, tag} then the pattern ----- */
-typedef struct { size_t size; uint64_t tag; } blk_hdr;
 
 static atomic_long n_alloc, n_free;
 
 static void *blk_new(size_t size, uint64_t tag, const char *what)
 {
-    if (size < sizeof(blk_hdr)) size = sizeof(blk_hdr);
-    blk_hdr *h = malloc(size);
-    if (!h) { stress_fail("%s: malloc(%zu) returned NULL", what, size); return NULL; }
-    st_check_align(h, size, what);
-    h->size = size;
-    h->tag = tag;
-    st_fill(h + 1, size - sizeof *h, st_key(h, size, tag));
-    atomic_fetch_add_explicit(&n_alloc, 1, memory_order_relaxed);
-    return h;
-}
-
-static int blk_check(void *p, const char *what)
-{
-    blk_hdr *h = p;
-    if (h->size < sizeof *h || h->size > ST_LARGE_MAX) {
-        stress_fail("CORRUPTION (%s): block %p has a bad size header %zu", what, p, h->size);
-        return 0;
-    }
-    return st_check(h + 1, h->size - sizeof *h, st_key(h, h->size, h->tag), (size_t)-1, what, h->tag);
+    void *p = st_blk_new(size, tag, what);
+    if (p) atomic_fetch_add_explicit(&n_alloc, 1, memory_order_relaxed);
+    return p;
 }
 
 static void blk_free(void *p, const char *what)
 {
     if (!p) return;
-    if (!blk_check(p, what)) return;   /* corrupted: leak it */
+    if (!st_blk_check(p, what)) return;   /* corrupted: leak it */
     free(p);
     atomic_fetch_add_explicit(&n_free, 1, memory_order_relaxed);
-}
-
-static void *blk_realloc(void *p, size_t nsize, uint64_t tag, const char *what)
-{
-    blk_hdr old = *(blk_hdr *)p;
-    volatile uint64_t old_key = st_key(p, old.size, old.tag);  /* before realloc */
-    if (nsize < sizeof(blk_hdr)) nsize = sizeof(blk_hdr);
-    blk_hdr *h = realloc(p, nsize);
-    if (!h) { stress_fail("%s: realloc(%zu) returned NULL", what, nsize); return p; }
-    st_check_align(h, nsize, what);
-    if (h->size != old.size || h->tag != old.tag)
-        stress_fail("CORRUPTION (%s): header of %p changed by realloc", what, (void *)h);
-    else
-        st_check(h + 1, old.size - sizeof *h, old_key, nsize - sizeof *h, what, old.tag);
-    h->size = nsize;
-    h->tag = tag;
-    st_fill(h + 1, nsize - sizeof *h, st_key(h, nsize, tag));
-    return h;
 }
 
 /* ---- the global array ------------------------------------------------- */
@@ -152,7 +117,7 @@ static void churn_body(uint64_t seed, int detached)
         if (roll < 35) {
             blk_free(blocks[i], "thread-own-free");             /* freed by its owner */
         } else if (roll < 45) {
-            blocks[i] = blk_realloc(blocks[i], st_rand_size(&r), seed, "thread-realloc");
+            blocks[i] = st_blk_realloc(blocks[i], st_rand_size(&r), seed, "thread-realloc");
             gslot_put(&r, blocks[i], "thread-put");
         } else {
             gslot_put(&r, blocks[i], "thread-put");             /* left behind */

@@ -34,11 +34,13 @@
 
 #define MiB ((size_t)1 << 20)
 
+/* A compact item (16 B, not stress_common.h's slim_t): the tables hold
+ * millions of them and are part of the resident size being measured. */
 typedef struct {
     void    *p;
     uint32_t size;
     uint32_t tag;
-} item_t;
+} slim_t;
 
 /* "Small" sizes (everything below the large tier), by count: 50% Tiny,
  * 30% L2 up to 16 KiB, 12% L2 up to 52 KiB, 8% L2.5 up to 256 KiB; by bytes
@@ -52,7 +54,7 @@ static size_t small_size(st_rng *r)
     return st_range(r, ST_L2_MAX + 1, 256 * 1024);
 }
 
-static int item_new(item_t *it, size_t size, uint32_t tag, const char *what)
+static int slim_new(slim_t *it, size_t size, uint32_t tag, const char *what)
 {
     it->p = malloc(size);
     it->size = (uint32_t)size;
@@ -66,15 +68,15 @@ static int item_new(item_t *it, size_t size, uint32_t tag, const char *what)
     return 1;
 }
 
-static int item_check(const item_t *it, const char *what)
+static int slim_check(const slim_t *it, const char *what)
 {
     return st_check(it->p, it->size, st_key(it->p, it->size, it->tag), (size_t)-1, what, it->tag);
 }
 
-static void item_free(item_t *it, const char *what)
+static void slim_free(slim_t *it, const char *what)
 {
     if (it->p == NULL) return;
-    if (item_check(it, what)) free(it->p);
+    if (slim_check(it, what)) free(it->p);
     it->p = NULL;
 }
 
@@ -140,7 +142,7 @@ static void test_tiers_single(void **state)
     size_t rss0 = st_rss_bytes();
     print_info("start:");
 
-    item_t *tab = map_table(SINGLE_MAX * sizeof(item_t));
+    slim_t *tab = map_table(SINGLE_MAX * sizeof(slim_t));
     uint32_t *order = map_table(SINGLE_MAX * sizeof(uint32_t));
     assert_non_null(tab);
     assert_non_null(order);
@@ -151,7 +153,7 @@ static void test_tiers_single(void **state)
     size_t n = 0, bytes = 0;
     while (bytes < SINGLE_BYTES && n < SINGLE_MAX / 2) {
         size_t sz = small_size(&r);
-        if (item_new(&tab[n], sz, (uint32_t)n, "single")) {
+        if (slim_new(&tab[n], sz, (uint32_t)n, "single")) {
             bytes += sz;
             n++;
         }
@@ -165,9 +167,9 @@ static void test_tiers_single(void **state)
     shuffle(order, first, &r);
     size_t nfree = first - first / 20;
     for (size_t i = 0; i < nfree; i++) {
-        item_free(&tab[order[i]], "single-free");
+        slim_free(&tab[order[i]], "single-free");
         if (i % EXTRA_EVERY == 0 && n < SINGLE_MAX)
-            if (item_new(&tab[n], small_size(&r), (uint32_t)n, "single-extra")) n++;
+            if (slim_new(&tab[n], small_size(&r), (uint32_t)n, "single-extra")) n++;
         if (i % 256 == 0) sample_info();
     }
     sample_info();
@@ -181,7 +183,7 @@ static void test_tiers_single(void **state)
     size_t live = 0;
     for (size_t i = 0; i < n; i++)
         if (tab[i].p != NULL) {
-            item_check(&tab[i], "single-survivor");
+            slim_check(&tab[i], "single-survivor");
             live++;
         }
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
@@ -201,9 +203,9 @@ static void test_tiers_single(void **state)
     }
     size_t before4 = n;
     for (size_t i = 0; i < m; i++) {
-        item_free(&tab[order[i]], "single-free-rest");
+        slim_free(&tab[order[i]], "single-free-rest");
         if (i % EXTRA_EVERY == 0 && n < SINGLE_MAX)
-            if (item_new(&tab[n], small_size(&r), (uint32_t)n, "single-extra2")) n++;
+            if (slim_new(&tab[n], small_size(&r), (uint32_t)n, "single-extra2")) n++;
         if (i % 16 == 0) sample_info();
     }
     sample_info();
@@ -214,10 +216,10 @@ static void test_tiers_single(void **state)
 
     /* 5: the extras keep their contents; then everything goes. */
     for (size_t i = 0; i < n; i++)
-        if (tab[i].p != NULL) item_check(&tab[i], "single-extra-survivor");
+        if (tab[i].p != NULL) slim_check(&tab[i], "single-extra-survivor");
     for (size_t i = 0; i < n; i++) {
         if (tab[i].p == NULL) continue;
-        item_free(&tab[i], "single-final");
+        slim_free(&tab[i], "single-final");
         if (i % 16 == 0) sample_info();
     }
     sample_info();
@@ -232,7 +234,7 @@ static void test_tiers_single(void **state)
      * SuperSlab HOT: required over the whole run, only reported for the 95%
      * phase. */
     assert_true(dmax > 0 || low < peak);
-    munmap(tab, SINGLE_MAX * sizeof(item_t));
+    munmap(tab, SINGLE_MAX * sizeof(slim_t));
     munmap(order, SINGLE_MAX * sizeof(uint32_t));
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
     size_t rss_freed = st_rss_bytes();
@@ -254,7 +256,7 @@ static void test_tiers_single(void **state)
 #define MT_BYTES    (50 * MiB)
 #define MT_MAX      60000            /* blocks per thread, with the extras */
 
-static item_t *mt_tab[MT_THREADS];
+static slim_t *mt_tab[MT_THREADS];
 static size_t mt_first[MT_THREADS];      /* blocks of the first batch */
 static atomic_size_t mt_count[MT_THREADS]; /* with the extras          */
 static pthread_barrier_t mt_bar;
@@ -270,13 +272,13 @@ static void *mt_thread(void *arg)
     size_t t = (size_t)(uintptr_t)arg;
     st_rng r;
     st_rng_seed(&r, stress_seed() * 17 + t);
-    item_t *tab = mt_tab[t];
+    slim_t *tab = mt_tab[t];
 
     /* 1: allocate. */
     size_t n = 0, bytes = 0;
     while (bytes < MT_BYTES && n < MT_MAX / 2) {
         size_t sz = small_size(&r);
-        if (item_new(&tab[n], sz, (uint32_t)(t << 24 | n), "mt")) {
+        if (slim_new(&tab[n], sz, (uint32_t)(t << 24 | n), "mt")) {
             bytes += sz;
             n++;
         }
@@ -306,9 +308,9 @@ static void *mt_thread(void *arg)
             o++;
         }
         size_t i = v * MT_THREADS + t;
-        if (mt_doomed(o, i)) item_free(&mt_tab[o][i], o == t ? "mt-free-own" : "mt-free-remote");
+        if (mt_doomed(o, i)) slim_free(&mt_tab[o][i], o == t ? "mt-free-own" : "mt-free-remote");
         if (k % EXTRA_EVERY == 0 && n < MT_MAX) {
-            if (item_new(&tab[n], small_size(&r), (uint32_t)(t << 24 | n), "mt-extra")) n++;
+            if (slim_new(&tab[n], small_size(&r), (uint32_t)(t << 24 | n), "mt-extra")) n++;
         }
         if (k % 1024 == 0) sample_info();
     }
@@ -322,13 +324,13 @@ static void *mt_thread(void *arg)
     for (size_t o = 0; o < MT_THREADS; o++) {
         size_t cnt = atomic_load(&mt_count[o]);
         for (size_t i = t; i < cnt; i += MT_THREADS)
-            if (mt_tab[o][i].p != NULL) item_check(&mt_tab[o][i], "mt-survivor");
+            if (mt_tab[o][i].p != NULL) slim_check(&mt_tab[o][i], "mt-survivor");
     }
     pthread_barrier_wait(&mt_bar);
     for (size_t o = 0; o < MT_THREADS; o++) {
         size_t cnt = atomic_load(&mt_count[o]);
         for (size_t i = t; i < cnt; i += MT_THREADS) {
-            item_free(&mt_tab[o][i], "mt-final");
+            slim_free(&mt_tab[o][i], "mt-final");
             if (i % 256 == t) sample_info();
         }
     }
@@ -352,7 +354,7 @@ static void test_tiers_threads(void **state)
     size_t rss0 = st_rss_bytes();
     print_info("start:");
     for (int t = 0; t < MT_THREADS; t++) {
-        mt_tab[t] = map_table(MT_MAX * sizeof(item_t));
+        mt_tab[t] = map_table(MT_MAX * sizeof(slim_t));
         assert_non_null(mt_tab[t]);
     }
     reset_samples();
@@ -363,7 +365,7 @@ static void test_tiers_threads(void **state)
     for (int t = 0; t < MT_THREADS; t++) assert_int_equal(pthread_join(th[t], NULL), 0);
     sample_info();   /* thread exit collected the last remote frees */
     pthread_barrier_destroy(&mt_bar);
-    for (int t = 0; t < MT_THREADS; t++) munmap(mt_tab[t], MT_MAX * sizeof(item_t));
+    for (int t = 0; t < MT_THREADS; t++) munmap(mt_tab[t], MT_MAX * sizeof(slim_t));
 
     size_t dmax = atomic_load(&seen_draining_max), peak = atomic_load(&seen_in_use_peak),
            low = atomic_load(&seen_in_use_min_after_peak);
