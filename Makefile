@@ -76,6 +76,10 @@ $(OBJDIR_H)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP_H)
 libhakmem_hardened.so: $(CORE_OBJ_H)
 	$(CC) -shared -pthread -Wl,-z,now -o $@ $(CORE_OBJ_H) -ldl
 
+# For the tests only: every unit and stress test also runs on the hardened build.
+$(BUILD)/libhakmem_hardened.a: $(CORE_OBJ_H)
+	rm -f $@ && ar rcs $@ $(CORE_OBJ_H)
+
 libhakmem.so: $(CORE_OBJ)
 	$(CC) -shared -pthread -Wl,-z,now -o $@ $(CORE_OBJ) -ldl
 
@@ -108,16 +112,22 @@ bench-full: lib benches
 	scripts/bench_compare.sh
 
 # ---- tests ---------------------------------------------------------------
-# tests/unit/*.c and tests/stress/*.c are cmocka programs linked with libhakmem.a.
+# tests/unit/*.c and tests/stress/*.c are cmocka programs linked with
+# libhakmem.a (build/tests/) and with the hardened build (build/tests-hardened/).
 TEST_SRC  := $(wildcard tests/unit/*.c tests/stress/*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_BINS_H := $(patsubst tests/%.c,$(BUILD)/tests-hardened/%,$(TEST_SRC))
 TEST_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Itests
 
-tests: $(TEST_BINS)
+tests: $(TEST_BINS) $(TEST_BINS_H)
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
+
+$(BUILD)/tests-hardened/%: tests/%.c $(wildcard tests/*/*.h) $(BUILD)/libhakmem_hardened.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a -lcmocka -ldl
 
 # run_tests.sh last: its "N passed, N failed" line closes the output.
 test:

@@ -155,11 +155,8 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 void hak_free(void *p) {
     unsigned kind = hak_chunk_kind_flat(p);
 #ifdef HAK_HARDENED
-    if (kind == HAK_CHUNK_SS && hak_unlikely(!hak_hardened_quick_free(p))) {
-        hak_hardened_check_free(p);        /* stops, or marks the block */
-        free_cold(p, HAK_CHUNK_SS);
-        return;
-    }
+    if (kind == HAK_CHUNK_SS && hak_unlikely(!hak_hardened_quick_free(p)))
+        hak_hardened_check_free(p);        /* stops */
 #endif
     if (hak_likely(kind == HAK_CHUNK_SS)) {
         hak_slab_t *s = hak_page_slab_of(p);

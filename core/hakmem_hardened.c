@@ -1,11 +1,11 @@
 /* The hardened build (make HARDENED=1, libhakmem_hardened.so).
  *
  * Free-list links are encoded with a per-process random key (block_link_box).
- * Every free of a SuperSlab block is checked before it is queued anywhere:
- * the span must be live, the pointer must be a block start, its memory must
- * not have been given back, and a freed-mark in its second word (the key
- * XOR its address, cleared by malloc) must not be set already.  Large blocks
- * carry a checked header; the address space of a SuperSlab or large block
+ * Every free of a SuperSlab block is checked before it is queued anywhere
+ * (hardened_box.h): against its SuperSlab's span check, which holds where
+ * the page's slab starts, how far it has been handed out and its block size,
+ * and against a freed-mark in the block's second word.  Large blocks carry
+ * a checked header; the address space of a SuperSlab or large block
  * returned to the OS stays reserved (no access) for a while, marked dead in
  * the chunk map, so a late free of it is caught too.  Every failure stops
  * the process with one "hakmem: ..." line naming the problem and address. */
@@ -21,45 +21,49 @@
 #ifdef HAK_HARDENED
 
 uintptr_t hak_link_key;
-uintptr_t hak_mark_key;
-uint64_t hak_div_magic[HAK_NUM_CLASSES];
 
 void hak_hardened_init(void) {
-    uintptr_t k[2] = { 0, 0 };
-    if (getrandom(k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
+    uintptr_t k = 0;
+    if (getrandom(&k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        k[0] = (uintptr_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&ts;
-        k[1] = k[0] * 0xBF58476D1CE4E5B9ull ^ (uintptr_t)&hak_link_key;
+        k = (uintptr_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&ts;
     }
-    hak_link_key = k[0] | 1;     /* never 0: a zeroed link must not decode to NULL */
-    hak_mark_key = k[1] | 1;
-    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++)
-        hak_div_magic[c] = (((uint64_t)1 << HAK_DIV_SHIFT) + hak_class_block_size[c] - 1) /
-                           hak_class_block_size[c];
+    hak_link_key = k | 1;     /* never 0: a zeroed link must not decode to NULL */
 }
 
-/* The full check of a SuperSlab block being freed: stops the process with
- * the reason, or marks the block freed (a slab with pages given back whose
- * block is not on one of them). */
+/* Copy a slab's block range to the span checks of all its pages; called
+ * whenever the slab is made, carves blocks, or goes. */
+void hak_hardened_span_sync(const hak_slab_t *s) {
+    hak_superslab_t *ss = hak_ss_of(s);
+    unsigned idx = (unsigned)(s - ss->slabs);
+    hak_span_check_t c = { 0, 0 };
+    uint64_t divisible = 0;
+    if (s->tier != HAK_TIER_NONE) {
+        uint32_t bs = hak_class_block_size[s->cls];
+        c.start = idx == 0 ? (uint32_t)HAK_SS_DATA0 : idx << HAK_PAGE_SHIFT;
+        c.limit = (uint32_t)s->carved * bs;
+        divisible = UINT64_MAX / bs + 1;
+    }
+    for (unsigned i = 0; i < s->npages; i++) {
+        ss->check[idx + i] = c;
+        ss->divisible[idx + i] = divisible;
+    }
+}
+
+/* A free the quick check refused: find out what is wrong and stop. */
 void hak_hardened_check_free(void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
-    unsigned idx = ss->page_head[hak_page_of(p)];
-    const hak_slab_t *s = &ss->slabs[idx];
-    if (s->tier == HAK_TIER_NONE || s->capacity == 0)
-        hak_fatal("free(): not a live block (double free or invalid pointer)", p);
-    uintptr_t start = (uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT) + (idx == 0) * HAK_SS_DATA0;
-    if ((uintptr_t)p < start) hak_fatal("free(): pointer into a slab header", p);
-    uintptr_t off = (uintptr_t)p - start;
+    const hak_slab_t *s = &ss->slabs[ss->page_head[hak_page_of(p)]];
+    const hak_span_check_t *c = &ss->check[hak_page_of(p)];
+    uintptr_t at = (uintptr_t)p & (HAK_CHUNK_SIZE - 1);
+    if (s->tier == HAK_TIER_NONE || ss->divisible[hak_page_of(p)] == 0)
+        hak_fatal("free(): not a live block (double free, or its memory given back to the OS)", p);
+    if (at < c->start) hak_fatal("free(): pointer into a slab header", p);
     uint32_t bs = hak_class_block_size[s->cls];
-    if (off / bs >= s->capacity) hak_fatal("free(): pointer past the last block of its slab", p);
-    if (off % bs != 0) hak_fatal("free(): pointer into the middle of a block", p);
-    uintptr_t page_off = (uintptr_t)p - ((uintptr_t)ss + ((size_t)idx << HAK_PAGE_SHIFT));
-    for (uintptr_t k = page_off / 4096; k <= (page_off + bs - 1) / 4096 && k < 16; k++)
-        if (s->released >> k & 1) hak_fatal("free(): block already freed and given back to the OS", p);
-    uintptr_t *w = p;
-    if (w[1] == hak_freed_mark(p)) hak_fatal("free(): double free of", p);
-    w[1] = hak_freed_mark(p);
+    if ((at - c->start) % bs != 0) hak_fatal("free(): pointer into the middle of a block", p);
+    if (at - c->start >= c->limit) hak_fatal("free(): pointer to a block never allocated", p);
+    hak_fatal("free(): double free of", p);
 }
 
 /* Address space given back to the OS stays reserved, inaccessible and
@@ -95,7 +99,24 @@ void hak_os_retire_range(void *base, size_t len) {
     }
 }
 
+/* Out of address space: the dead ranges go first (hak_os_map_tagged). */
+bool hak_os_release_dead(void) {
+    bool any = false;
+    hak_lock(&dead_lock);
+    for (unsigned i = 0; i < DEAD_RANGES; i++) {
+        if (dead[i].base == NULL) continue;
+        hak_chunk_map_set(dead[i].base, dead[i].len, HAK_CHUNK_NONE);
+        hak_os_unmap_unused(dead[i].base, dead[i].len);
+        dead[i].base = NULL;
+        any = true;
+    }
+    hak_unlock(&dead_lock);
+    return any;
+}
+
 #else
+
+bool hak_os_release_dead(void) { return false; }
 
 void hak_os_retire_range(void *base, size_t len) {
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);

@@ -172,6 +172,17 @@ _Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
  * decommitted in the global cache until reused or unmapped. */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
+#ifdef HAK_HARDENED
+/* The hardened free check's view of page i's slab (box/hardened_box.h):
+ * blocks start at chunk offset `start`; the first `limit` bytes from there
+ * hold blocks handed out at least once (0: no live slab).  8 bytes, so the
+ * free path indexes it by page without a multiply. */
+typedef struct hak_span_check {
+    uint32_t start;
+    uint32_t limit;
+} hak_span_check_t;
+#endif
+
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 64. */
 typedef struct hak_superslab {
     hak_slab_t            slabs[HAK_SS_PAGES];
@@ -182,6 +193,12 @@ typedef struct hak_superslab {
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
+#ifdef HAK_HARDENED
+    hak_span_check_t      check[HAK_SS_PAGES]; /* by page, copied to a whole span */
+    uint64_t              divisible[HAK_SS_PAGES]; /* by page: UINT64_MAX / block
+                                     size + 1, so off * divisible < divisible
+                                     exactly when the size divides a 32-bit off */
+#endif
 } hak_superslab_t;
 
 #define HAK_SS_MAGIC 0x68616b53534d656dULL
@@ -268,12 +285,17 @@ HAK_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
 HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
+/* Unmap the ranges the hardened build keeps dead (false: none, or not that build). */
+HAK_INTERNAL bool  hak_os_release_dead(void);
 
 /* Hardened build (hakmem_hardened.c; the checks: box/hardened_box.h). */
 #ifdef HAK_HARDENED
 HAK_INTERNAL void hak_hardened_init(void);
 HAK_INTERNAL void hak_hardened_lock_all(void);
 HAK_INTERNAL void hak_hardened_unlock_all(void);
+HAK_INTERNAL void hak_hardened_span_sync(const hak_slab_t *s);
+#else
+static inline void hak_hardened_span_sync(const hak_slab_t *s) { (void)s; }
 #endif
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);

@@ -150,6 +150,7 @@ void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind) {
         bool any = hak_heap_release_abandoned();
         any |= hak_large_trim_cache();
         any |= hak_ss_trim_cache();
+        any |= hak_os_release_dead();
         if (any) p = hak_os_map_aligned(len, align);
         if (p == NULL) return NULL;
     }

@@ -84,6 +84,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
         s[i].tier = s->tier;
         s[i].cls = s->cls;
     }
+    hak_hardened_span_sync(s);
     queue_push_head(h, cls, s);
     return s;
 }
@@ -100,10 +101,15 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (n == 0) n = 1;
     char *p = slab_start(s) + (size_t)s->carved * bs;
     hak_block_t *first = (hak_block_t *)p;
-    for (size_t i = 1; i < n; i++, p += bs) hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
+    for (size_t i = 1; i < n; i++, p += bs) {
+        hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
+        hak_block_mark_free(p);
+    }
     hak_link_set((hak_block_t *)p, s->free);
+    hak_block_mark_free(p);
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
+    hak_hardened_span_sync(s);
     return true;
 }
 

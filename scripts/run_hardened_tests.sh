@@ -39,6 +39,7 @@ for size in 48 3000 200000; do               # Tiny, L2, L2.5
     check given-back "$size" "given back to the OS"
 done
 check corrupt-link 48 "free list corrupted"
+check never-used 48 "never allocated"
 for size in 3000000; do                      # large
     check double "$size" "already freed large block"
     check interior "$size" "invalid or already freed large block"

@@ -7,6 +7,7 @@
 # TEST_TIMEOUT seconds, default 300), then all of them again under each
 # non-default setting of every run-time gate (MATRIX_SETTINGS below; each run
 # is its own entry, named with the setting in brackets; MATRIX=0 skips this),
+# then the same tests linked with the hardened build (build/tests-hardened/),
 # sums the cmocka counts of each binary
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
 # scripts/run_apps.sh ./libhakmem.so, where every app counts as one test,
@@ -37,6 +38,7 @@ describe_rc() {
 run_binary() {
     local bin="$1" setting="${2:-}" name log rc start end secs passed failed planned extra note
     name="${bin#build/tests/}"
+    case "$bin" in build/tests-hardened/*) name="${bin#build/tests-hardened/} [hardened]" ;; esac
     [ -n "$setting" ] && name="$name [$setting]"
     log="$LOGDIR/$(echo "$name" | tr '/ []=' '_____').log"
     start=$(date +%s.%N)
@@ -116,6 +118,22 @@ if [ "${MATRIX:-1}" != 0 ]; then
         done
     done
 fi
+
+# The same tests on the hardened build, by default and on the two paths
+# with checks of their own (the 32-byte cache's links, the radix lookup).
+HBINS=()
+shopt -s nullglob
+for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
+    [ -f "$b" ] && [ -x "$b" ] && HBINS+=("$b")
+done
+shopt -u nullglob
+[ "${#HBINS[@]}" -eq 0 ] && { echo "FAIL hardened tests (build/tests-hardened missing: make tests)"; TOTAL_FAIL=$((TOTAL_FAIL + 1)); }
+for setting in "" HAKMEM_TINY_C2_LOCAL_CACHE=1 HAKMEM_SS_LOOKUP_KIND=radix; do
+    [ -n "$setting" ] && [ "${MATRIX:-1}" = 0 ] && continue
+    for b in "${HBINS[@]}"; do
+        run_binary "$b" "$setting"
+    done
+done
 
 # Real applications, one test each.
 APPS_LOG="$LOGDIR/apps.log"

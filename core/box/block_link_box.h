@@ -1,10 +1,12 @@
 /* block_link_box — the link word of a free block.
  *
  * Default build: a plain pointer.  Hardened build (HAK_HARDENED): the
- * pointer XOR a per-process random key XOR the link's own address >> 4, so a
- * use-after-free write or a forged pointer decodes to junk; a decoded link
- * must stay in the block's own chunk (slab and remote lists) or in some
- * SuperSlab (the 32-byte cache), or the process stops. */
+ * pointer XOR a per-process random key, so a use-after-free write or a
+ * forged pointer decodes to junk; a decoded link must stay in the block's
+ * own chunk (slab and remote lists) or in some SuperSlab (the 32-byte
+ * cache), or the process stops.  (Mixing in the link's own address, as
+ * glibc's safe-linking does, would add nothing here: anyone who can read a
+ * free block and knows its address learns the key from its freed-mark.) */
 #ifndef HAK_BLOCK_LINK_BOX_H
 #define HAK_BLOCK_LINK_BOX_H
 
@@ -14,14 +16,10 @@
 /* The freed-mark of the hardened build finds every double free, so the
  * immediate-double-free tests of the default build are left out there. */
 #define HAK_CHEAP_DOUBLE_FREE_CHECK 0
-extern uintptr_t hak_link_key;
-
-static inline uintptr_t hak_link_code(const hak_block_t *b) {
-    return hak_link_key ^ ((uintptr_t)b >> 4);
-}
+HAK_INTERNAL extern uintptr_t hak_link_key;
 
 static inline hak_block_t *hak_link_get(const hak_block_t *b) {
-    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_code(b));
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
     /* NULL, or a block of the same chunk (a forged link almost never is) */
     if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL))
         hak_fatal("free list corrupted (use after free?) at", b);
@@ -30,7 +28,7 @@ static inline hak_block_t *hak_link_get(const hak_block_t *b) {
 
 /* The 32-byte cache links blocks of different SuperSlabs. */
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
-    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_code(b));
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
     uintptr_t i = (uintptr_t)n >> HAK_CHUNK_SHIFT;
     if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || i >= HAK_MAP_ENTRIES ||
                                    hak_chunk_map[i] != HAK_CHUNK_SS)))
@@ -39,12 +37,16 @@ static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
 }
 
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
-    b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_code(b));
+    b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_key);
 }
-/* A block handed to the program loses the freed-mark (hardened_box.h). */
+/* The freed-mark (hardened_box.h): set in a free block's second word as it
+ * is carved or freed, cleared as it is handed to the program. */
+static inline uintptr_t hak_freed_mark(const void *p) { return hak_link_key ^ (uintptr_t)p; }
+static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
 static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
 #else
 #define HAK_CHEAP_DOUBLE_FREE_CHECK 1
+static inline void hak_block_mark_free(void *p) { (void)p; }
 static inline void hak_block_taken(void *p) { (void)p; }
 static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }

@@ -7,6 +7,7 @@
  * allocator lets it pass, prints "not caught" and exits 0. */
 #define _GNU_SOURCE
 #include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|given-back|corrupt-link SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|never-used|given-back|corrupt-link SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -40,6 +41,12 @@ int main(int argc, char **argv) {
         char *p = malloc(n);
         say(p + 16);
         free(p + 16);
+    } else if (strcmp(what, "never-used") == 0) {    /* a block its slab never gave out */
+        char *p = malloc(n);
+        uintptr_t page_end = ((uintptr_t)p | 0xffff) + 1;      /* Tiny slabs: one 64 KiB page */
+        char *last = p + ((page_end - (uintptr_t)p) / n - 1) * n;
+        say(last);
+        free(last);
     } else if (strcmp(what, "given-back") == 0) {    /* its memory went back to the OS */
         void *a[256];
         for (int i = 0; i < 256; i++) a[i] = malloc(n);
