@@ -202,6 +202,11 @@ void *hak_realloc(void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
+    if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
+#ifdef HAK_HARDENED
+    if (kind == HAK_CHUNK_SS && !hak_hardened_live(p))
+        hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
+#endif
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {

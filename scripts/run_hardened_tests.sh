@@ -42,6 +42,7 @@ for size in 48 3000 200000; do               # Tiny, L2, L2.5
     check double "$size" "double free"
     check later-double "$size" "double free"
     check interior "$size" "middle of a block"
+    check realloc-freed "$size" "not a live block"
     check given-back "$size" "given back to the OS"
 done
 check corrupt-link 48 "free list corrupted"

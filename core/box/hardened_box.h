@@ -17,21 +17,30 @@
 /* The whole check, naming what is wrong and stopping (hakmem_hardened.c). */
 HAK_INTERNAL void hak_hardened_check_free(void *p) __attribute__((noreturn, cold));
 
-/* The common case inline: a block start, below the part of its slab never
- * handed out (so inside a live slab), not marked free.  Then marks it.
- * Anything else: false, and the caller runs hak_hardened_check_free.  (Live
- * slabs give no pages back in this build, so no block can lie on one.) */
-static inline bool hak_hardened_quick_free(void *p) {
+/* A block start below the part of its slab never handed out (so inside a
+ * live slab). */
+static inline bool hak_hardened_block_start(const void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     const hak_span_check_t *c = &ss->check[hak_page_of(p)];
     uint64_t divisible = ss->divisible[hak_page_of(p)];
     /* 32-bit: a pointer below the first block wraps far past the limit */
     uint32_t off = (uint32_t)((uintptr_t)p & (HAK_CHUNK_SIZE - 1)) - c->start;
+    return off < c->limit && off * divisible < divisible;
+}
+
+/* The free check, inline: a block start, not marked free.  Then marks it.
+ * Anything else: false, and the caller runs hak_hardened_check_free.  (Live
+ * slabs give no pages back in this build, so no block can lie on one.) */
+static inline bool hak_hardened_quick_free(void *p) {
     uintptr_t *w = p;
-    if (off >= c->limit || off * divisible >= divisible || w[1] == hak_freed_mark(p))
-        return false;
+    if (!hak_hardened_block_start(p) || w[1] == hak_freed_mark(p)) return false;
     w[1] = hak_freed_mark(p);
     return true;
+}
+
+/* realloc's check: the block is live (a block start, not marked free). */
+static inline bool hak_hardened_live(const void *p) {
+    return hak_hardened_block_start(p) && ((const uintptr_t *)p)[1] != hak_freed_mark(p);
 }
 #endif
 

@@ -19,7 +19,7 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|never-used|given-back|corrupt-link SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|never-used|given-back|corrupt-link SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -41,6 +41,11 @@ int main(int argc, char **argv) {
         char *p = malloc(n);
         say(p + 16);
         free(p + 16);
+    } else if (strcmp(what, "realloc-freed") == 0) { /* realloc of a freed block */
+        char *p = malloc(n);
+        free(p);
+        say(p);
+        sink = realloc(p, n);
     } else if (strcmp(what, "never-used") == 0) {    /* a block its slab never gave out */
         char *p = malloc(n);
         uintptr_t page_end = ((uintptr_t)p | 0xffff) + 1;      /* Tiny slabs: one 64 KiB page */
