@@ -26,7 +26,7 @@ void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
         return NULL;
     }
     r->count = got - 1;
-    hak_block_taken(r->slot[got - 1]);
+    hak_ring_block_taken(r->slot[got - 1]);
     return r->slot[got - 1];
 }
 

@@ -43,6 +43,7 @@ for size in 48 3000 200000; do               # Tiny, L2, L2.5
     check later-double "$size" "double free"
     check interior "$size" "middle of a block"
     check realloc-freed "$size" "not a live block"
+    check uaf-write "$size" "use after free"
     check given-back "$size" "given back to the OS"
 done
 check corrupt-link 48 "free list corrupted"

@@ -44,10 +44,18 @@ static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
 static inline uintptr_t hak_freed_mark(const void *p) { return hak_link_key ^ (uintptr_t)p; }
 static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
 static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
+/* A ring holds blocks by pointer, with no link to decode: its pop checks
+ * the mark instead, which a use-after-free write over the word destroys. */
+static inline void hak_ring_block_taken(void *p) {
+    if (hak_unlikely(((uintptr_t *)p)[1] != hak_freed_mark(p)))
+        hak_fatal("freed block overwritten (use after free?) at", p);
+    ((uintptr_t *)p)[1] = 0;
+}
 #else
 #define HAK_CHEAP_DOUBLE_FREE_CHECK 1
 static inline void hak_block_mark_free(void *p) { (void)p; }
 static inline void hak_block_taken(void *p) { (void)p; }
+static inline void hak_ring_block_taken(void *p) { (void)p; }
 static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) { b->next = n; }

@@ -15,7 +15,7 @@ static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     if (hak_likely(r->count != 0)) {
         void *p = r->slot[--r->count];
-        hak_block_taken(p);
+        hak_ring_block_taken(p);
         return p;
     }
     return hak_pool_alloc_slow(h, r, cls);

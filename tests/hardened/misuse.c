@@ -19,7 +19,7 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|never-used|given-back|corrupt-link SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|corrupt-link SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -46,6 +46,12 @@ int main(int argc, char **argv) {
         free(p);
         say(p);
         sink = realloc(p, n);
+    } else if (strcmp(what, "uaf-write") == 0) {     /* a write into a freed block */
+        char *p = malloc(n);
+        free(p);
+        say(p);
+        memset(p, 0x41, 16);
+        sink = malloc(n);
     } else if (strcmp(what, "never-used") == 0) {    /* a block its slab never gave out */
         char *p = malloc(n);
         uintptr_t page_end = ((uintptr_t)p | 0xffff) + 1;      /* Tiny slabs: one 64 KiB page */
