@@ -32,13 +32,18 @@ static void *large_alloc(size_t size, size_t align, bool zero) {
     return p;
 }
 
-static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
-    if (size <= HAK_L25_MAX) return hak_pool_alloc(h, hak_mid_class(size));
+static HAK_NOINLINE void *alloc_large(size_t size) {
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
     }
     return large_alloc(size, 0, false);
+}
+
+/* The large tier stays out of line, so the ring pop needs no stack frame. */
+static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
+    if (hak_likely(size <= HAK_L25_MAX)) return hak_pool_alloc(h, hak_mid_class(size));
+    return alloc_large(size);
 }
 
 void *hak_malloc(size_t size) {
