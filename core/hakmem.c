@@ -199,6 +199,7 @@ void *hak_realloc(void *p, size_t size) {
     if (p == NULL) return hak_malloc(size);
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
+    if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
         return NULL;
@@ -207,7 +208,6 @@ void *hak_realloc(void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
 #ifdef HAK_HARDENED
     if (kind == HAK_CHUNK_SS && !hak_hardened_live(p))
         hak_fatal("realloc(): not a live block (freed, or not a block start)", p);

@@ -45,8 +45,9 @@ void hak_hardened_span_sync(const hak_slab_t *s) {
         c.limit = (uint32_t)s->carved * bs;
         divisible = UINT64_MAX / bs + 1;
     }
-    for (unsigned i = 0; i < s->npages; i++) {
-        ss->check[idx + i] = c;
+    for (unsigned i = 0; i < s->npages; i++) {    /* read by freeing threads */
+        ss->check[idx + i].start = c.start;
+        __atomic_store_n(&ss->check[idx + i].limit, c.limit, __ATOMIC_RELAXED);
         ss->divisible[idx + i] = divisible;
     }
 }
@@ -55,14 +56,17 @@ void hak_hardened_span_sync(const hak_slab_t *s) {
 void hak_hardened_check_free(void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     const hak_slab_t *s = &ss->slabs[ss->page_head[hak_page_of(p)]];
-    const hak_span_check_t *c = &ss->check[hak_page_of(p)];
+    hak_span_check_t *c = &ss->check[hak_page_of(p)];
     uintptr_t at = (uintptr_t)p & (HAK_CHUNK_SIZE - 1);
-    if (s->tier == HAK_TIER_NONE || ss->divisible[hak_page_of(p)] == 0)
+    uint32_t start = c->start;
+    uint32_t limit = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
+    if (ss->divisible[hak_page_of(p)] == 0)
         hak_fatal("free(): not a live block (double free, or its memory given back to the OS)", p);
-    if (at < c->start) hak_fatal("free(): pointer into a slab header", p);
+    if (at < start) hak_fatal("free(): pointer into a slab header", p);
     uint32_t bs = hak_class_block_size[s->cls];
-    if ((at - c->start) % bs != 0) hak_fatal("free(): pointer into the middle of a block", p);
-    if (at - c->start >= c->limit) hak_fatal("free(): pointer to a block never allocated", p);
+    if ((at - start) % bs != 0) hak_fatal("free(): pointer into the middle of a block", p);
+    if (at - start >= limit) hak_fatal("free(): pointer to a block never allocated", p);
+    /* (a block carved but never handed out also carries the mark) */
     hak_fatal("free(): double free of", p);
 }
 

@@ -11,9 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 LIB="$PWD/libhakmem_hardened.so"
 DEFAULT_LIB="$PWD/libhakmem.so"
-for l in "$LIB" "$DEFAULT_LIB"; do
-    [ -f "$l" ] || { echo "run_hardened_tests: $l missing (make lib)"; exit 1; }
-done
+[ -f "$LIB" ] || { echo "run_hardened_tests: $LIB missing (make lib)"; exit 1; }
 BIN=build/tests/hardened/misuse
 mkdir -p "$(dirname "$BIN")"
 # the misuse is deliberate: silence the compiler about it
@@ -28,7 +26,7 @@ check() {   # CASE SIZE WORDS
     rc=$?
     addr=$(head -n 1 "$out" | sed 's/^0x//')
     if [ "$rc" -eq 134 ] && [ "$(grep -c . "$err")" -eq 1 ] && grep -q "^hakmem: .*$words" "$err" &&
-       grep -qi "$addr" "$err"; then
+       [ -n "$addr" ] && grep -qi "$addr" "$err"; then
         printf 'PASS %-8s %-14s %8s B  %s\n' "$FLAVOUR" "$case" "$size" "$(cat "$err")"
         pass=$((pass + 1))
     else
@@ -54,13 +52,17 @@ for size in 3000000; do                      # large
     check given-back "$size" "given back to the OS"
 done
 
-FLAVOUR=default LIB="$DEFAULT_LIB"
-for size in 48 3000 200000; do               # the immediate double free
-    check double "$size" "double free"
-done
-check double 3000000 "already freed large block"
-check interior 3000000 "invalid or already freed large block"
-LIB="$PWD/libhakmem_hardened.so"
+if [ -f "$DEFAULT_LIB" ]; then
+    FLAVOUR=default LIB="$DEFAULT_LIB"
+    for size in 48 3000 200000; do           # the immediate double free
+        check double "$size" "double free"
+    done
+    check double 3000000 "already freed large block"
+    check interior 3000000 "invalid or already freed large block"
+    LIB="$PWD/libhakmem_hardened.so"
+else
+    echo "run_hardened_tests: $DEFAULT_LIB missing (make HARDENED=1 builds only the hardened library): default-build cases skipped"
+fi
 
 if [ -x scripts/run_apps.sh ]; then
     apps=$(scripts/run_apps.sh "$LIB" 2>/dev/null)

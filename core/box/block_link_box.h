@@ -18,23 +18,26 @@
 #define HAK_CHEAP_DOUBLE_FREE_CHECK 0
 HAK_INTERNAL extern uintptr_t hak_link_key;
 
-static inline hak_block_t *hak_link_get(const hak_block_t *b) {
+/* A decoded link outside the block's chunk: in the 32-byte cache (any_ss)
+ * a 16-byte aligned address in some SuperSlab will do. */
+static inline bool hak_link_plausible_any(const hak_block_t *n) {
+    uintptr_t i = (uintptr_t)n >> HAK_CHUNK_SHIFT;
+    return ((uintptr_t)n & 15) == 0 && i < HAK_MAP_ENTRIES && hak_chunk_map[i] == HAK_CHUNK_SS;
+}
+
+/* Follow a link: NULL, or a block of the same chunk (a forged link almost
+ * never is), or with any_ss a block of any SuperSlab (the 32-byte cache
+ * links blocks of several; tested only off the common path). */
+static inline hak_block_t *hak_link_get_in(const hak_block_t *b, bool any_ss) {
     hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
-    /* NULL, or a block of the same chunk (a forged link almost never is) */
-    if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL))
+    if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL) &&
+        !(any_ss && hak_link_plausible_any(n)))
         hak_fatal("free list corrupted (use after free?) at", b);
     return n;
 }
 
-/* The 32-byte cache links blocks of different SuperSlabs. */
-static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
-    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
-    uintptr_t i = (uintptr_t)n >> HAK_CHUNK_SHIFT;
-    if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || i >= HAK_MAP_ENTRIES ||
-                                   hak_chunk_map[i] != HAK_CHUNK_SS)))
-        hak_fatal("free list corrupted (use after free?) at", b);
-    return n;
-}
+static inline hak_block_t *hak_link_get(const hak_block_t *b) { return hak_link_get_in(b, false); }
+static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return hak_link_get_in(b, true); }
 
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
     b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_key);
@@ -56,6 +59,10 @@ static inline void hak_ring_block_taken(void *p) {
 static inline void hak_block_mark_free(void *p) { (void)p; }
 static inline void hak_block_taken(void *p) { (void)p; }
 static inline void hak_ring_block_taken(void *p) { (void)p; }
+static inline hak_block_t *hak_link_get_in(const hak_block_t *b, bool any_ss) {
+    (void)any_ss;
+    return b->next;
+}
 static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) { b->next = n; }

@@ -22,15 +22,22 @@ HAK_INTERNAL void hak_hardened_check_free(void *p) __attribute__((noreturn, cold
 static inline bool hak_hardened_block_start(const void *p) {
     hak_superslab_t *ss = hak_ss_of(p);
     const hak_span_check_t *c = &ss->check[hak_page_of(p)];
+    /* start and divisible are written when the slab is made or retired,
+     * with no block of it out; limit grows while other threads free blocks
+     * handed out before: a relaxed atomic.  A remote free sees every write
+     * the owner made before handing the block out. */
     uint64_t divisible = ss->divisible[hak_page_of(p)];
+    uint32_t start = c->start;
+    uint32_t limit = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
     /* 32-bit: a pointer below the first block wraps far past the limit */
-    uint32_t off = (uint32_t)((uintptr_t)p & (HAK_CHUNK_SIZE - 1)) - c->start;
-    return off < c->limit && off * divisible < divisible;
+    uint32_t off = (uint32_t)((uintptr_t)p & (HAK_CHUNK_SIZE - 1)) - start;
+    return off < limit && off * divisible < divisible;
 }
 
 /* The free check, inline: a block start, not marked free.  Then marks it.
  * Anything else: false, and the caller runs hak_hardened_check_free.  (Live
- * slabs give no pages back in this build, so no block can lie on one.) */
+ * slabs give no pages back in this build, except the pages of free L2.5
+ * blocks beyond their first, which holds the mark.) */
 static inline bool hak_hardened_quick_free(void *p) {
     uintptr_t *w = p;
     if (!hak_hardened_block_start(p) || w[1] == hak_freed_mark(p)) return false;

@@ -3,7 +3,8 @@
  * Requests > 1 MiB have no size class (hak_size_class == -1) and land in
  * HAK_TIER_LARGE; blocks are 16-byte aligned and fully writable up to their
  * usable size; freeing then allocating the same size on the same thread gives
- * the same block back (the hardened build: unless it was too big to cache); many live blocks never overlap and keep their
+ * the same block back (in the hardened build only if it was small enough to
+ * be cached); many live blocks never overlap and keep their
  * contents; blocks may be freed by another thread; freeing really gives the
  * address space back (allocate/free cycles do not grow the process). */
 #include <unistd.h>

@@ -45,6 +45,28 @@ static void test_many_blocks_one_class(void **state)
     check_many(*state, 600, 1024, 1024, HAK_TIER_TINY, 13);
 }
 
+static void test_free_list_across_superslabs(void **state)
+{
+    /* Blocks of one class from several 4 MiB SuperSlabs freed together and
+     * allocated again (with HAKMEM_TINY_C2_LOCAL_CACHE=1 they share one
+     * list: the hardened build must accept its links across chunks). */
+    const api_t *A = *state;
+    enum { N = 300000 };                 /* 9.6 MB of 32-byte blocks */
+    void **p = malloc(N * sizeof *p);
+    assert_non_null(p);
+    for (int i = 0; i < N; i++) p[i] = alloc_checked(A, 32, HAK_TIER_TINY);
+    A->free_(p[0]);
+    A->free_(p[N - 1]);
+    A->free_(p[N / 2]);
+    for (int i = 0; i < 3; i++) {
+        void *q = alloc_checked(A, 32, HAK_TIER_TINY);
+        memset(q, 0x5a, 32);
+        p[i == 0 ? 0 : i == 1 ? N - 1 : N / 2] = q;
+    }
+    for (int i = 0; i < N; i++) A->free_(p[i]);
+    free(p);
+}
+
 static void test_alloc_free_churn(void **state)
 {
     /* repeated fill-up and drain of the same class keeps working */
@@ -106,6 +128,8 @@ int main(void)
         TEST_API(test_many_blocks_mixed, API_HAK),
         TEST_API(test_many_blocks_one_class, API_STD),
         TEST_API(test_many_blocks_one_class, API_HAK),
+        TEST_API(test_free_list_across_superslabs, API_STD),
+        TEST_API(test_free_list_across_superslabs, API_HAK),
         TEST_API(test_alloc_free_churn, API_STD),
         TEST_API(test_alloc_free_churn, API_HAK),
         TEST_API(test_cross_thread, API_STD),
