@@ -2,21 +2,21 @@
  *
  *   bench_rss [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]
  *
- * Phase A allocates about total_mib MiB of live data and memsets every block
+ * Step 1 allocates about total_mib MiB of live data and memsets every block
  * in full so all of it is resident.  Sizes are drawn so that small_pct % of
  * the bytes are in small blocks of 16..4096 B and the rest in blocks of
  * 64 KiB..1 MiB: by count nearly all blocks are small.  The default 25 %
  * reproduces the reference figures this benchmark was specified with (glibc
- * ends near 3.5x the live bytes after phase B, mimalloc keeps about 180 MiB
- * after phase C); small_pct=75 is a harder, small-object-heavy variant.
+ * ends near 3.5x the live bytes after step 2, mimalloc keeps about 180 MiB
+ * after step 3); small_pct=75 is a harder, small-object-heavy variant.
  * Within each class sizes are log-uniform (an exponent is drawn uniformly,
  * then a size uniformly within that power-of-two range), so small sizes
  * dominate by count.  The two classes are interleaved: each step picks the
  * class that is further behind its share of the bytes, so small and large
  * blocks sit side by side in the heap.
  *
- * Phase B frees a random 90% of the blocks in random order (a Fisher-Yates
- * shuffle of the table, then the first 90% of it).  Phase C frees the rest.
+ * Step 2 frees a random 90% of the blocks in random order (a Fisher-Yates
+ * shuffle of the table, then the first 90% of it).  Step 3 frees the rest.
  * After B and after C the RSS is polled every 50 ms for settle_ms ms, each
  * sample printed to stderr.  Nothing allocator-specific is called (no
  * malloc_trim or similar): this measures what the allocator returns to the
@@ -44,9 +44,9 @@
  *   after_free_all: rss_mib=... above_baseline_mib=... (t=...ms)
  *   Throughput = N ops/s (...)
  *   rss_check after_free90_ratio=R after_free_all_above_baseline_mib=Y
- * ratio is RSS / live bytes after phase B (1.00 would be perfect; baseline
+ * ratio is RSS / live bytes after step 2 (1.00 would be perfect; baseline
  * memory counts against it).  Throughput counts every malloc and free over
- * phases A..C divided by the time spent in them, sleeps excluded; the time
+ * steps 1..3 divided by the time spent in them, sleeps excluded; the time
  * includes the memsets and checks, so it is mostly a memory-bandwidth figure.
  * Exit status: 0 ok, 1 allocation failure / corruption / system error,
  * 2 bad arguments. */
@@ -77,9 +77,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]\n"
-            "  total_mib  live data allocated in phase A, MiB, 1..%u\n"
+            "  total_mib  live data allocated in step 1, MiB, 1..%u\n"
             "  seed       PRNG seed (non-negative integer)\n"
-            "  settle_ms  how long to poll RSS after each free phase, 0..%u ms\n"
+            "  settle_ms  how long to poll RSS after each free step, 0..%u ms\n"
             "  small_pct  share of the bytes in blocks of 16..4096 B, 1..99\n",
             TOTAL_LIMIT, SETTLE_LIMIT);
 }
@@ -317,7 +317,7 @@ int main(int argc, char **argv)
     fprintf(stderr, PROG ": %zu blocks, table %.2f MiB (mmap'd, excluded from RSS)\n",
             n, (double)g_table_len / MIB);
 
-    /* ---- Phase A: allocate and touch everything -------------------------- */
+    /* ---- Step 1: allocate and touch everything -------------------------- */
     const uint64_t baseline = sample();
     uint64_t live = 0, small_bytes = 0;
     size_t small_blocks = 0;
@@ -341,12 +341,12 @@ int main(int argc, char **argv)
     }
     double t_a = now_sec() - t0;
     const uint64_t after_a = sample();
-    fprintf(stderr, PROG ": phase A: %zu blocks, %.2f MiB live (small: %zu blocks, %.2f MiB;"
+    fprintf(stderr, PROG ": step 1: %zu blocks, %.2f MiB live (small: %zu blocks, %.2f MiB;"
             " large: %zu blocks, %.2f MiB), rss %.2f MiB, %.3f s\n",
             n, (double)live / MIB, small_blocks, (double)small_bytes / MIB, n - small_blocks,
             (double)(live - small_bytes) / MIB, (double)after_a / MIB, t_a);
 
-    /* ---- Phase B: free a random 90% ------------------------------------- */
+    /* ---- Step 2: free a random 90% ------------------------------------- */
     for (size_t i = n; i > 1; i--) {           /* Fisher-Yates */
         size_t j = (size_t)(rng_next(&rng) % i);
         struct block tmp = tab[i - 1];
@@ -362,13 +362,13 @@ int main(int argc, char **argv)
         tab[i].p = NULL;
     }
     double t_b = now_sec() - t0;
-    fprintf(stderr, PROG ": phase B: freed %zu blocks, %.2f MiB live, %.3f s\n", nfree,
+    fprintf(stderr, PROG ": step 2: freed %zu blocks, %.2f MiB live, %.3f s\n", nfree,
             (double)live / MIB, t_b);
     uint64_t at90 = 0;
     const uint64_t rss90 = poll_rss("after_free90", settle_ms, &at90);
     const uint64_t live90 = live;
 
-    /* ---- Phase C: free the rest ------------------------------------------ */
+    /* ---- Step 3: free the rest ------------------------------------------ */
     t0 = now_sec();
     for (size_t i = nfree; i < n; i++) {
         check(&tab[i]);
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
         tab[i].p = NULL;
     }
     double t_c = now_sec() - t0;
-    fprintf(stderr, PROG ": phase C: freed %zu blocks, %.3f s\n", n - nfree, t_c);
+    fprintf(stderr, PROG ": step 3: freed %zu blocks, %.3f s\n", n - nfree, t_c);
     uint64_t atall = 0;
     const uint64_t rssall = poll_rss("after_free_all", settle_ms, &atall);
 
