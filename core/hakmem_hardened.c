@@ -33,8 +33,10 @@ void hak_hardened_init(void) {
 }
 
 /* Copy a slab's block range to the span checks of all its pages; called
- * whenever the slab is made, carves blocks, or goes. */
-void hak_hardened_span_sync(const hak_slab_t *s) {
+ * when the slab is made, carves blocks, or goes.  Other threads read the
+ * entries as they free its blocks: a new or retired slab has none out, so
+ * only `limit` changes under them (a carve), and only it is atomic. */
+void hak_hardened_span_sync(const hak_slab_t *s, bool carved_only) {
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);
     hak_span_check_t c = { 0, 0 };
@@ -45,9 +47,10 @@ void hak_hardened_span_sync(const hak_slab_t *s) {
         c.limit = (uint32_t)s->carved * bs;
         divisible = UINT64_MAX / bs + 1;
     }
-    for (unsigned i = 0; i < s->npages; i++) {    /* read by freeing threads */
-        ss->check[idx + i].start = c.start;
+    for (unsigned i = 0; i < s->npages; i++) {
         __atomic_store_n(&ss->check[idx + i].limit, c.limit, __ATOMIC_RELAXED);
+        if (carved_only) continue;
+        ss->check[idx + i].start = c.start;
         ss->divisible[idx + i] = divisible;
     }
 }

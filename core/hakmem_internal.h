@@ -293,9 +293,11 @@ HAK_INTERNAL bool  hak_os_release_dead(void);
 HAK_INTERNAL void hak_hardened_init(void);
 HAK_INTERNAL void hak_hardened_lock_all(void);
 HAK_INTERNAL void hak_hardened_unlock_all(void);
-HAK_INTERNAL void hak_hardened_span_sync(const hak_slab_t *s);
+HAK_INTERNAL void hak_hardened_span_sync(const hak_slab_t *s, bool carved_only);
 #else
-static inline void hak_hardened_span_sync(const hak_slab_t *s) { (void)s; }
+static inline void hak_hardened_span_sync(const hak_slab_t *s, bool carved_only) {
+    (void)s, (void)carved_only;
+}
 #endif
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);

@@ -84,7 +84,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
         s[i].tier = s->tier;
         s[i].cls = s->cls;
     }
-    hak_hardened_span_sync(s);
+    hak_hardened_span_sync(s, false);
     queue_push_head(h, cls, s);
     return s;
 }
@@ -109,7 +109,7 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     hak_block_mark_free(p);
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
-    hak_hardened_span_sync(s);
+    hak_hardened_span_sync(s, true);
     return true;
 }
 

@@ -201,7 +201,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
         s[i].tier = HAK_TIER_NONE;
         s[i].owner = NULL;
     }
-    hak_hardened_span_sync(s);     /* no live blocks here any more */
+    hak_hardened_span_sync(s, false);     /* no live blocks here any more */
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
     h->dirty_count += s->npages;

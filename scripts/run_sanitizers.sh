@@ -3,7 +3,9 @@
 #
 #   scripts/run_sanitizers.sh            (from anywhere)
 #
-# For each sanitizer (SAN_KINDS, default "ubsan tsan") builds hakmem as a
+# For each sanitizer (SAN_KINDS, default "ubsan tsan ubsan-hardened
+# tsan-hardened"; a -hardened kind builds the hardened flavour,
+# -DHAK_HARDENED=1, tests included) builds hakmem as a
 # plain library (core/*.c with -DHAK_NO_INTERPOSE: only the hak_* names) and
 # every tests/unit/*.c with -DHAK_TEST_HAK_ONLY (tier_common.h: the API_STD
 # variants and the tests about the libc names are skipped, since malloc & co.
@@ -19,8 +21,8 @@
 # else gcc; gcc's libtsan resolves hak_usable_size's RTLD_NEXT lookup of
 # malloc_usable_size to its own, which fails test_owner_lookup); SAN_JOBS the
 # binaries run at once (default: the number of CPUs); SAN_CFLAGS adds flags
-# to the hakmem build (e.g. -DPOOL_L2_RING_CAP=4; not -DHAK_HARDENED=1: the
-# unit tests expect the default flavour, test_large's reuse test fails there).
+# to the hakmem build (e.g. -DPOOL_L2_RING_CAP=4; for the hardened flavour
+# use the -hardened kinds, which also build the tests with it).
 #
 # SAN_STRESS=1 also builds and runs tests/stress/*.c, which call only the
 # standard names: a generated header, force-included (-include), spells them
@@ -38,7 +40,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export DEBIAN_FRONTEND=noninteractive
 TMO="${SAN_TIMEOUT:-300}"
-KINDS="${SAN_KINDS:-ubsan tsan}"
+KINDS="${SAN_KINDS:-ubsan tsan ubsan-hardened tsan-hardened}"
 JOBS="${SAN_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 export CMOCKA_MESSAGE_OUTPUT=stdout
 
@@ -65,11 +67,16 @@ apt_install() {
   "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null
 }
 
+# The sanitizer of a kind: ubsan-hardened is ubsan on the hardened flavour.
+san_of() { echo "${1%-hardened}"; }
+
 san_flags() {
-  case "$1" in
-    ubsan) echo "-fsanitize=undefined -fno-sanitize-recover=all" ;;
-    tsan)  echo "-fsanitize=thread" ;;
-    *) echo "run_sanitizers: unknown sanitizer '$1' (ubsan, tsan)" >&2; return 1 ;;
+  local hardened=""
+  [ "$1" != "$(san_of "$1")" ] && hardened=" -DHAK_HARDENED=1"
+  case "$(san_of "$1")" in
+    ubsan) echo "-fsanitize=undefined -fno-sanitize-recover=all$hardened" ;;
+    tsan)  echo "-fsanitize=thread$hardened" ;;
+    *) echo "run_sanitizers: unknown sanitizer '$1' (ubsan, tsan, ubsan-hardened, tsan-hardened)" >&2; return 1 ;;
   esac
 }
 
@@ -87,14 +94,14 @@ probe() {
     local pkgs=()
     case "$CC" in
       *clang*) pkgs=("libclang-rt-$("$CC" -dumpversion | cut -d. -f1)-dev") ;;
-      *) [ "$kind" = tsan ] && pkgs=(libtsan2) || pkgs=(libubsan1) ;;
+      *) [ "$(san_of "$kind")" = tsan ] && pkgs=(libtsan2) || pkgs=(libubsan1) ;;
     esac
     apt_install "${pkgs[@]}" || true
     # shellcheck disable=SC2086
     "$CC" $flags -pthread "$dir/probe.c" -o "$dir/probe" >"$dir/probe.log" 2>&1 || {
       echo "run_sanitizers: $CC $flags does not work:" >&2; tail -n 20 "$dir/probe.log" >&2; return 1; }
   fi
-  if [ "$kind" = tsan ]; then
+  if [ "$(san_of "$kind")" = tsan ]; then
     if ! "$dir/probe" >>"$dir/probe.log" 2>&1; then
       if grep -q "unexpected memory mapping" "$dir/probe.log" && command -v setarch >/dev/null 2>&1 &&
          setarch "$(uname -m)" -R "$dir/probe" >>"$dir/probe.log" 2>&1; then
@@ -110,7 +117,7 @@ probe() {
 
 # SAN_STRESS=1: stress tests that cannot run under sanitizer KIND (prints why).
 stress_skip() {
-  case "$1/$2" in
+  case "$(san_of "$1")/$2" in
     */test_oom) echo "libc names through function pointers, and RLIMIT_AS" ;;
     tsan/test_fork) echo "TSan does not support threads started after a multi-threaded fork" ;;
     *) return 1 ;;
@@ -187,7 +194,7 @@ run_one() {
       TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:exitcode=66" \
       timeout -k 10 "$TMO" "${RUNNER[@]}" "$bin" >"$log" 2>&1
   rc=$?
-  if [ "$rc" -ne 0 ] && [ "$kind" = tsan ] && [ "${#RUNNER[@]}" -eq 0 ] &&
+  if [ "$rc" -ne 0 ] && [ "${kind%-hardened}" = tsan ] && [ "${#RUNNER[@]}" -eq 0 ] &&
      grep -q "unexpected memory mapping" "$log" && command -v setarch >/dev/null 2>&1; then
     timeout -k 10 "$TMO" setarch "$(uname -m)" -R env TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:exitcode=66" \
       "$bin" >"$log" 2>&1
