@@ -139,7 +139,8 @@ test:
 	scripts/run_tests.sh
 
 # The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer
-# (hakmem built as a plain library, -DHAK_NO_INTERPOSE); SAN_STRESS=1 adds
+# (hakmem built as a plain library, -DHAK_NO_INTERPOSE; default and hardened
+# flavour); SAN_STRESS=1 adds
 # the stress tests.
 sanitize:
 	scripts/run_sanitizers.sh
