@@ -140,8 +140,7 @@ test:
 
 # The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer
 # (hakmem built as a plain library, -DHAK_NO_INTERPOSE; default and hardened
-# flavour); SAN_STRESS=1 adds
-# the stress tests.
+# flavour); SAN_STRESS=1 adds the stress tests.
 sanitize:
 	scripts/run_sanitizers.sh
 
