@@ -139,19 +139,25 @@ bool hak_chunk_map_set(void *base, size_t len, uint8_t kind) {
     return true;
 }
 
-/* A new range for hakmem, tagged in the chunk map.  When the OS says no,
- * the empty SuperSlabs of exited threads' heaps and the SuperSlabs and large
- * mappings hakmem keeps cached go back first and the mapping is tried once
- * more: memory freed by the program must be usable again whatever tier or
- * thread it was cached for. */
+/* When the OS says no: the empty SuperSlabs of exited threads' heaps, the
+ * SuperSlabs and large mappings hakmem keeps cached and the hardened build's
+ * dead ranges go back, so that memory freed by the program is usable again
+ * whatever tier or thread it was cached for.  True if anything went back.
+ * (Takes heap_lock only by trylock: a caller may hold it.) */
+static bool make_room(void) {
+    bool any = hak_heap_release_abandoned();
+    any |= hak_large_trim_cache();
+    any |= hak_ss_trim_cache();
+    any |= hak_os_release_dead();
+    return any;
+}
+
+/* A new range for hakmem, tagged in the chunk map; tried once more after
+ * make_room when the OS says no. */
 void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind) {
     void *p = hak_os_map_aligned(len, align);
     if (p == NULL) {
-        bool any = hak_heap_release_abandoned();
-        any |= hak_large_trim_cache();
-        any |= hak_ss_trim_cache();
-        any |= hak_os_release_dead();
-        if (any) p = hak_os_map_aligned(len, align);
+        if (make_room()) p = hak_os_map_aligned(len, align);
         if (p == NULL) return NULL;
     }
     if (!hak_chunk_map_set(p, len, kind)) {
@@ -172,6 +178,7 @@ void *hak_meta_alloc(size_t size) {
     if ((size_t)(meta_end - meta_cur) < size) {
         size_t len = size > (1u << 20) ? (size + 4095) & ~(size_t)4095 : (1u << 20);
         char *p = hak_os_map(len);
+        if (p == NULL && make_room()) p = hak_os_map(len);
         if (p == NULL) { hak_unlock(&meta_lock); return NULL; }
         meta_cur = p;
         meta_end = p + len;
