@@ -136,6 +136,7 @@ test:
 	$(MAKE) tests
 	scripts/run_sanitizers.sh
 	scripts/run_fuzz.sh 15
+	FUZZ_FLAVOUR=hardened scripts/run_fuzz.sh 10
 	scripts/run_tests.sh
 
 # The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer

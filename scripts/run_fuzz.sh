@@ -10,8 +10,9 @@
 # the committed seeds in tests/fuzz/corpus/ plus whatever earlier runs found
 # there (the committed corpus is never written).  FUZZ_FRESH=1 starts the
 # working corpus over from the seeds; FUZZ_ARGS adds libFuzzer options;
-# FUZZ_CFLAGS adds flags to the hakmem build (FUZZ_CFLAGS=-DHAK_HARDENED=1:
-# the hardened flavour); HAKMEM_* settings in the environment apply as usual.
+# FUZZ_CFLAGS adds flags to the hakmem build; FUZZ_FLAVOUR=hardened fuzzes
+# the hardened flavour (-DHAK_HARDENED=1, in build/fuzz-hardened/ with a
+# corpus of its own); HAKMEM_* settings in the environment apply as usual.
 #
 # A crash, UBSan report, timeout or failed check stops the run: the input is
 # saved in build/fuzz/artifacts/ and the script exits 1.  The last line is
@@ -26,6 +27,12 @@ case "$DUR" in
 esac
 
 OUT=build/fuzz
+FLAVOUR_FLAGS=""
+case "${FUZZ_FLAVOUR:-default}" in
+  default) ;;
+  hardened) OUT=build/fuzz-hardened; FLAVOUR_FLAGS="-DHAK_HARDENED=1" ;;
+  *) echo "run_fuzz: FUZZ_FLAVOUR is default or hardened" >&2; exit 2 ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
 
 # ---- toolchain ------------------------------------------------------------
@@ -83,7 +90,7 @@ fi
 # ---- build ------------------------------------------------------------------
 SAN="-fsanitize=undefined -fno-sanitize-recover=all"
 BASE="-std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -pthread -Icore"
-LIB_FLAGS="$BASE -DHAK_NO_INTERPOSE -fsanitize=fuzzer-no-link $SAN -w ${FUZZ_CFLAGS:-}"
+LIB_FLAGS="$BASE -DHAK_NO_INTERPOSE -fsanitize=fuzzer-no-link $SAN -w $FLAVOUR_FLAGS ${FUZZ_CFLAGS:-}"
 HARNESS_FLAGS="$BASE -Wall -Wextra -fsanitize=fuzzer $SAN"
 BIN="$OUT/fuzz_api"
 STAMP="$OUT/.flags"
