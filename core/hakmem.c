@@ -200,6 +200,10 @@ void *hak_realloc(void *p, size_t size) {
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
     if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
+#ifdef HAK_HARDENED
+    if (kind == HAK_CHUNK_SS && !hak_hardened_live(p))
+        hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
+#endif
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
         return NULL;
@@ -208,10 +212,6 @@ void *hak_realloc(void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-#ifdef HAK_HARDENED
-    if (kind == HAK_CHUNK_SS && !hak_hardened_live(p))
-        hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
-#endif
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {

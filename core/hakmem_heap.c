@@ -261,24 +261,27 @@ void *hak_alloc_without_heap(size_t size) {
  * have been caught half-way through an update (their owners take no lock),
  * so the child never adopts them: they stay orphaned, their blocks still
  * freeable (onto the orphan's remote list), their memory not reused. */
+/* In the order the allocator itself nests them: a metadata mapping that
+ * fails makes room (hakmem_os.c) with radix_lock and meta_lock held, which
+ * takes the cache locks inside them. */
 static void fork_prepare(void) {
     hak_lock(&heap_lock);
+    hak_os_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();
 #ifdef HAK_HARDENED
     hak_hardened_lock_all();
 #endif
-    hak_os_lock_all();
 }
 
 /* All but heap_lock, in the reverse order. */
 static void fork_unlock_inner(void) {
-    hak_os_unlock_all();
 #ifdef HAK_HARDENED
     hak_hardened_unlock_all();
 #endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
+    hak_os_unlock_all();
 }
 
 static void fork_parent(void) {

@@ -5,8 +5,10 @@
 #
 # Installs clang and its libFuzzer runtime with apt-get when missing, builds
 # hakmem as a plain library (-DHAK_NO_INTERPOSE) with coverage and UBSan,
-# plus the harness, into build/fuzz/ (rebuilt only when a source or the flags
-# changed), and fuzzes for SECONDS starting from build/fuzz/corpus: a copy of
+# plus the harness, into build/fuzz/ (build/fuzz-hardened/ for
+# FUZZ_FLAVOUR=hardened; below, build/fuzz stands for either; rebuilt only
+# when a source or the flags changed), and fuzzes for SECONDS starting from
+# build/fuzz/corpus: a copy of
 # the committed seeds in tests/fuzz/corpus/ plus whatever earlier runs found
 # there (the committed corpus is never written).  FUZZ_FRESH=1 starts the
 # working corpus over from the seeds; FUZZ_ARGS adds libFuzzer options;

@@ -33,8 +33,8 @@ describe_rc() {
     else echo "exit status $rc"; fi
 }
 
-# run_binary BIN [VAR=VALUE]: run one test binary, optionally with one
-# extra environment setting (then named "NAME [VAR=VALUE]").
+# run_binary BIN [SETTING]: run one test binary, optionally with extra
+# environment settings (SETTING: "VAR=VALUE ..."; then named "NAME [SETTING]").
 run_binary() {
     local bin="$1" setting="${2:-}" name log rc start end secs passed failed planned extra note
     name="${bin#build/tests/}"
@@ -43,7 +43,9 @@ run_binary() {
     log="$LOGDIR/$(echo "$name" | tr '/ []=' '_____').log"
     start=$(date +%s.%N)
     if [ -n "$setting" ]; then
-        timeout -k 10 "$TMO" env "$setting" "$bin" >"$log" 2>&1
+        local envs
+        read -ra envs <<<"$setting"
+        timeout -k 10 "$TMO" env "${envs[@]}" "$bin" >"$log" 2>&1
     else
         timeout -k 10 "$TMO" "$bin" >"$log" 2>&1
     fi
@@ -120,7 +122,8 @@ if [ "${MATRIX:-1}" != 0 ]; then
 fi
 
 # The same tests on the hardened build, by default and on the two paths
-# with checks of their own (the 32-byte cache's links, the radix lookup).
+# with checks of their own (the 32-byte cache's links, alone and with the
+# radix lookup).
 HBINS=()
 shopt -s nullglob
 for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
@@ -128,7 +131,7 @@ for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
 done
 shopt -u nullglob
 [ "${#HBINS[@]}" -eq 0 ] && { echo "FAIL hardened tests (build/tests-hardened missing: make tests)"; TOTAL_FAIL=$((TOTAL_FAIL + 1)); }
-for setting in "" HAKMEM_TINY_C2_LOCAL_CACHE=1 HAKMEM_SS_LOOKUP_KIND=radix; do
+for setting in "" HAKMEM_TINY_C2_LOCAL_CACHE=1 "HAKMEM_TINY_C2_LOCAL_CACHE=1 HAKMEM_SS_LOOKUP_KIND=radix"; do
     [ -n "$setting" ] && [ "${MATRIX:-1}" = 0 ] && continue
     for b in "${HBINS[@]}"; do
         run_binary "$b" "$setting"

@@ -11,6 +11,7 @@
 #define HAK_BLOCK_LINK_BOX_H
 
 #include "hakmem_internal.h"
+#include "box/chunk_map_box.h"
 
 #ifdef HAK_HARDENED
 /* The freed-mark of the hardened build finds every double free, so the
@@ -21,8 +22,7 @@ HAK_INTERNAL extern uintptr_t hak_link_key;
 /* A decoded link outside the block's chunk: in the 32-byte cache (any_ss)
  * a 16-byte aligned address in some SuperSlab will do. */
 static inline bool hak_link_plausible_any(const hak_block_t *n) {
-    uintptr_t i = (uintptr_t)n >> HAK_CHUNK_SHIFT;
-    return ((uintptr_t)n & 15) == 0 && i < HAK_MAP_ENTRIES && hak_chunk_map[i] == HAK_CHUNK_SS;
+    return ((uintptr_t)n & 15) == 0 && hak_chunk_kind(n) == HAK_CHUNK_SS;
 }
 
 /* Follow a link: NULL, or a block of the same chunk (a forged link almost

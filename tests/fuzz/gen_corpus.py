@@ -146,6 +146,11 @@ def seed_errors():
     return s
 
 
+def seed_info_first():
+    # hak_get_info before the process has any heap (found by the fuzzer)
+    return op(INFO, small(16))
+
+
 SEEDS = {
     "tiers": seed_tiers,
     "realloc_chain": seed_realloc_chain,
@@ -153,6 +158,7 @@ SEEDS = {
     "threads": seed_threads,
     "calloc_trim": seed_calloc_trim,
     "errors": seed_errors,
+    "info_first": seed_info_first,
 }
 
 
