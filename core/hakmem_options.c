@@ -114,6 +114,14 @@ void hak_options_init(void) {
         }
     }
     hak_chunk_map_select(hak_opt.ss_lookup_kind);
+#ifdef HAK_HARDENED
+    /* The 32-byte cache links blocks of different SuperSlabs, which the
+     * hardened build's same-chunk link check cannot vouch for. */
+    if (hak_opt.tiny_c2_cache) {
+        say("hakmem: HAKMEM_TINY_C2_LOCAL_CACHE is off in the hardened build\n");
+        hak_opt.tiny_c2_cache = 0;
+    }
+#endif
     if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
     if (hak_opt.stats) hak_stats_init();
     if (hak_opt.verbose) {

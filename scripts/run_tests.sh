@@ -121,9 +121,8 @@ if [ "${MATRIX:-1}" != 0 ]; then
     done
 fi
 
-# The same tests on the hardened build, by default and on the two paths
-# with checks of their own (the 32-byte cache's links, alone and with the
-# radix lookup).
+# The same tests on the hardened build, by default and with the radix
+# lookup (its free path has the check of its own).
 HBINS=()
 shopt -s nullglob
 for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
@@ -131,7 +130,7 @@ for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
 done
 shopt -u nullglob
 [ "${#HBINS[@]}" -eq 0 ] && { echo "FAIL hardened tests (build/tests-hardened missing: make tests)"; TOTAL_FAIL=$((TOTAL_FAIL + 1)); }
-for setting in "" HAKMEM_TINY_C2_LOCAL_CACHE=1 "HAKMEM_TINY_C2_LOCAL_CACHE=1 HAKMEM_SS_LOOKUP_KIND=radix"; do
+for setting in "" HAKMEM_SS_LOOKUP_KIND=radix; do
     [ -n "$setting" ] && [ "${MATRIX:-1}" = 0 ] && continue
     for b in "${HBINS[@]}"; do
         run_binary "$b" "$setting"

@@ -3,10 +3,11 @@
  * Default build: a plain pointer.  Hardened build (HAK_HARDENED): the
  * pointer XOR a per-process random key, so a use-after-free write or a
  * forged pointer decodes to junk; a decoded link must stay in the block's
- * own chunk (slab and remote lists) or in some SuperSlab (the 32-byte
- * cache), or the process stops.  (Mixing in the link's own address, as
- * glibc's safe-linking does, would add nothing here: anyone who can read a
- * free block and knows its address learns the key from its freed-mark.) */
+ * own chunk, or the process stops (so the 32-byte cache, which links blocks
+ * of several SuperSlabs, is off in this build).  Mixing in the link's own
+ * address, as glibc's safe-linking does, would add nothing here: anyone who
+ * can read a free block and knows its address learns the key from its
+ * freed-mark. */
 #ifndef HAK_BLOCK_LINK_BOX_H
 #define HAK_BLOCK_LINK_BOX_H
 
@@ -19,25 +20,24 @@
 #define HAK_CHEAP_DOUBLE_FREE_CHECK 0
 HAK_INTERNAL extern uintptr_t hak_link_key;
 
-/* A decoded link outside the block's chunk: in the 32-byte cache (any_ss)
- * a 16-byte aligned address in some SuperSlab will do. */
-static inline bool hak_link_plausible_any(const hak_block_t *n) {
-    return ((uintptr_t)n & 15) == 0 && hak_chunk_kind(n) == HAK_CHUNK_SS;
-}
-
 /* Follow a link: NULL, or a block of the same chunk (a forged link almost
- * never is), or with any_ss a block of any SuperSlab (the 32-byte cache
- * links blocks of several; tested only off the common path). */
-static inline hak_block_t *hak_link_get_in(const hak_block_t *b, bool any_ss) {
+ * never is). */
+static inline hak_block_t *hak_link_get(const hak_block_t *b) {
     hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
-    if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL) &&
-        !(any_ss && hak_link_plausible_any(n)))
+    if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL))
         hak_fatal("free list corrupted (use after free?) at", b);
     return n;
 }
 
-static inline hak_block_t *hak_link_get(const hak_block_t *b) { return hak_link_get_in(b, false); }
-static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return hak_link_get_in(b, true); }
+/* The 32-byte cache links blocks of several SuperSlabs: any 16-byte aligned
+ * block of a SuperSlab will do.  (This build turns the cache off at start-up,
+ * hakmem_options.c; its flush code still compiles against this.) */
+static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
+    if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || hak_chunk_kind(n) != HAK_CHUNK_SS)))
+        hak_fatal("free list corrupted (use after free?) at", b);
+    return n;
+}
 
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
     b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_key);
@@ -59,10 +59,6 @@ static inline void hak_ring_block_taken(void *p) {
 static inline void hak_block_mark_free(void *p) { (void)p; }
 static inline void hak_block_taken(void *p) { (void)p; }
 static inline void hak_ring_block_taken(void *p) { (void)p; }
-static inline hak_block_t *hak_link_get_in(const hak_block_t *b, bool any_ss) {
-    (void)any_ss;
-    return b->next;
-}
 static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) { b->next = n; }

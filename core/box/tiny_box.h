@@ -12,7 +12,7 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     hak_slab_t *s = h->queue_head[cls];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
-        s->free = hak_link_get_in(b, cls == HAK_C2_CLASS);   /* the 32-byte cache */
+        s->free = hak_link_get(b);
         s->used++;
         hak_block_taken(b);
         return b;
