@@ -120,6 +120,17 @@ static inline size_t st_rand_size_nolarge(st_rng *r)
     return n;
 }
 
+/* SuperSlab tiers only, by count: Tiny 60%, L2 35%, L2.5 5%. */
+static inline size_t st_mixed_size(st_rng *r)
+{
+    unsigned roll = (unsigned)(st_next(r) % 100);
+    if (roll < 60) return st_range(r, 1, ST_TINY_MAX);
+    if (roll < 85) return st_range(r, ST_TINY_MAX + 1, 8192);
+    if (roll < 95) return st_range(r, 8193, ST_L2_MAX);
+    if (roll < 99) return st_range(r, ST_L2_MAX + 1, 256 * 1024);
+    return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
+}
+
 /* ---- block patterns ------------------------------------------------------
  * The pattern of a block is a function of a 64-bit key (derived from the
  * block's address, its size and the owner's tag) and the byte offset. */

@@ -30,19 +30,6 @@
 #include "hakmem.h"
 #include "stress_common.h"
 
-/* Tiny 60%, L2 35%, L2.5 5% (by count). */
-static size_t mixed_size(st_rng *r)
-{
-    unsigned roll = (unsigned)(st_next(r) % 100);
-    if (roll < 60) return st_range(r, 1, ST_TINY_MAX);
-    if (roll < 85) return st_range(r, ST_TINY_MAX + 1, 8192);
-    if (roll < 95) return st_range(r, 8193, ST_L2_MAX);
-    if (roll < 99) return st_range(r, ST_L2_MAX + 1, 256 * 1024);
-    return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
-}
-
-
-
 static void print_info(const char *when)
 {
     hak_info_t in;
@@ -123,7 +110,7 @@ static void *producer(void *arg)
     size_t nb = 0;
     for (uint64_t seq = 0; seq < PROD_ITEMS; seq++) {
         uint64_t tag = (id << 40) | seq;
-        if (item_new(&batch[nb], mixed_size(&r), tag, "producer"))
+        if (item_new(&batch[nb], st_mixed_size(&r), tag, "producer"))
             nb++;
         if (nb == PUSH_BATCH) {
             q_push(batch, nb);
@@ -134,7 +121,7 @@ static void *producer(void *arg)
         if (st_chance(&r, 50)) {
             item_t *l = &local[st_next(&r) % LOCAL_WINDOW];
             item_free(l, "producer-local");
-            item_new(l, mixed_size(&r), tag | (1ull << 39), "producer-local");
+            item_new(l, st_mixed_size(&r), tag | (1ull << 39), "producer-local");
         }
     }
     if (nb) {
@@ -231,7 +218,7 @@ static void test_remote_free_reuse(void **state)
         st_rng_seed(&r, stress_seed() + 77);   /* the same batch every round */
         bytes = 0;
         for (size_t i = 0; i < REUSE_BLOCKS; i++) {
-            size_t n = mixed_size(&r);
+            size_t n = st_mixed_size(&r);
             item_new(&reuse_items[i], n, ((uint64_t)round << 32) | i, "owner");
             bytes += n;
         }

@@ -42,19 +42,6 @@
 
 #define MiB ((size_t)1 << 20)
 
-
-/* Tiny 60%, L2 35%, L2.5 5% (by count). */
-static size_t mixed_size(st_rng *r)
-{
-    unsigned roll = (unsigned)(st_next(r) % 100);
-    if (roll < 60) return st_range(r, 1, ST_TINY_MAX);
-    if (roll < 85) return st_range(r, ST_TINY_MAX + 1, 8192);
-    if (roll < 95) return st_range(r, 8193, ST_L2_MAX);
-    if (roll < 99) return st_range(r, ST_L2_MAX + 1, 256 * 1024);
-    return st_range(r, 256 * 1024 + 1, ST_L25_MAX);
-}
-
-
 static hak_info_t info_now(void)
 {
     hak_info_t in;
@@ -87,7 +74,7 @@ static void *wave_thread(void *arg)
     item_t *tab = wave_tab[a->wave & 1][a->idx];
     for (int i = 0; i < WAVE_BLOCKS; i++) {
         uint64_t tag = ((uint64_t)a->wave << 32) | ((uint64_t)a->idx << 16) | (uint64_t)i;
-        item_new(&tab[i], mixed_size(&r), tag, "wave");
+        item_new(&tab[i], st_mixed_size(&r), tag, "wave");
         /* Free about a third of them right away, most of them some time later. */
         if (i > 8 && st_chance(&r, 33)) item_free(&tab[st_next(&r) % (uint64_t)i], "wave-own");
     }
@@ -185,8 +172,8 @@ static void *seq_thread(void *arg)
     item_t *tab = n < SEQ_THREADS ? seq_tab[n % SEQ_LAG] : seq_wave_tab[n % 8];
     item_t scratch[SEQ_BLOCKS];
     for (int i = 0; i < SEQ_BLOCKS; i++) {
-        item_new(&scratch[i], mixed_size(&r), n << 8 | (uint64_t)i, "seq-own");
-        item_new(&tab[i], mixed_size(&r), n << 8 | 0x80 | (uint64_t)i, "seq");
+        item_new(&scratch[i], st_mixed_size(&r), n << 8 | (uint64_t)i, "seq-own");
+        item_new(&tab[i], st_mixed_size(&r), n << 8 | 0x80 | (uint64_t)i, "seq");
     }
     for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&scratch[i], "seq-own");
     return NULL;
@@ -251,7 +238,7 @@ static void *gb_thread(void *arg)
     size_t bytes = 0, n = 0;
     item_t *tab = gb_tab[t];
     while (bytes < GB_BYTES && n < GB_MAX) {
-        size_t sz = mixed_size(&r);
+        size_t sz = st_mixed_size(&r);
         if (item_new(&tab[n], sz, (uint64_t)t << 32 | n, "gb-thread")) {
             bytes += sz;
             n++;
