@@ -25,6 +25,16 @@ static inline large_hdr_t *hdr_of(const void *p) {
     return (large_hdr_t *)((char *)p - HAK_LARGE_HDR);
 }
 
+/* The block `off` bytes into the mapping [base, base + len), its header set. */
+static char *block_at(char *base, size_t len, size_t off) {
+    char *p = base + off;
+    large_hdr_t *h = hdr_of(p);
+    h->magic = LARGE_MAGIC ^ (uintptr_t)p;
+    h->base = base;
+    h->len = len;
+    return p;
+}
+
 /* ---- the cache of freed mappings ------------------------------------------ */
 #define LARGE_CACHE_SLOTS 8
 #define LARGE_CACHE_BYTES ((size_t)64 << 20)
@@ -127,12 +137,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         }
         atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
     }
-    char *p = base + off;
-    large_hdr_t *h = hdr_of(p);
-    h->magic = LARGE_MAGIC ^ (uintptr_t)p;
-    h->base = base;
-    h->len = len;
-    return p;
+    return block_at(base, len, off);
 }
 
 /* p lies in a LARGE chunk; is it the start of a live block?  Reads only
@@ -212,11 +217,6 @@ void *hak_large_realloc(void *p, size_t size) {
         return NULL;
     }
     atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
-    char *np = nb + off;
-    large_hdr_t *nh = hdr_of(np);
-    nh->magic = LARGE_MAGIC ^ (uintptr_t)np;
-    nh->base = nb;
-    nh->len = new_len;
     errno = saved;
-    return np;
+    return block_at(nb, new_len, off);
 }

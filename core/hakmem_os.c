@@ -41,19 +41,17 @@ void *hak_os_map(size_t len) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-void hak_os_unmap(void *p, size_t len) {
-    int saved = errno;
-    munmap(p, len);
-    errno = saved;
-    atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
-}
-
 /* A range with nothing resident (decommitted, or never used): not counted
  * as memory given back. */
 void hak_os_unmap_unused(void *p, size_t len) {
     int saved = errno;
     munmap(p, len);
     errno = saved;
+}
+
+void hak_os_unmap(void *p, size_t len) {
+    hak_os_unmap_unused(p, len);
+    atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
 }
 
 void hak_os_decommit(void *p, size_t len) {
