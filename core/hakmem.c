@@ -3,7 +3,7 @@
  * from core/box/. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
-#include "box/hardened_box.h"
+#include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
@@ -133,9 +133,10 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
         kind = hak_chunk_kind_radix(p);
-#ifdef HAK_HARDENED
-        if (kind == HAK_CHUNK_SS && !hak_hardened_quick_free(p)) hak_hardened_check_free(p);
-#endif
+        if (kind == HAK_CHUNK_SS && !hak_free_check(p)) {
+            hak_free_check_fail(p);
+            return;
+        }
     }
     if (kind == HAK_CHUNK_DEAD) hak_fatal("free(): block already given back to the OS", p);
     if (kind == HAK_CHUNK_LARGE) {
@@ -145,9 +146,8 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         return;
     }
     if (kind == HAK_CHUNK_SS) {
-        hak_slab_t *s = hak_slab_of(p);
+        hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
         hak_heap_t *h = hak_tls_owner;
-        if (s->tier == HAK_TIER_NONE) hak_fatal("free(): invalid pointer", p);
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
         else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
@@ -159,16 +159,19 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
 
 void hak_free(void *p) {
     unsigned kind = hak_chunk_kind_flat(p);
-#ifdef HAK_HARDENED
-    if (kind == HAK_CHUNK_SS && hak_unlikely(!hak_hardened_quick_free(p)))
-        hak_hardened_check_free(p);        /* stops */
-#endif
     if (hak_likely(kind == HAK_CHUNK_SS)) {
+        if (hak_unlikely(!hak_free_check(p))) {
+            hak_free_check_fail(p);        /* stops */
+            return;
+        }
         hak_slab_t *s = hak_page_slab_of(p);
         hak_heap_t *h = hak_tls_heap;
+        if (hak_likely(s->tiny_owner == h)) {
+            hak_tiny_free(h, s, p);
+            return;
+        }
         if (hak_likely(s->owner == h)) {
-            if (hak_likely(s->tier == HAK_TIER_TINY)) hak_tiny_free(h, s, p);
-            else hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
+            hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
             return;
         }
     }
@@ -180,10 +183,7 @@ static size_t (*libc_usable_size)(void *);
 
 size_t hak_usable_size(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS) {
-        hak_slab_t *s = hak_slab_of(p);
-        return s->tier == HAK_TIER_NONE ? 0 : hak_class_block_size[s->cls];
-    }
+    if (kind == HAK_CHUNK_SS) return hak_block_start(p) ? hak_class_block_size[hak_slab_of(p)->cls] : 0;
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
     if (kind == HAK_CHUNK_DEAD) hak_fatal("malloc_usable_size(): block already given back to the OS", p);
     if (p == NULL) return 0;
@@ -200,10 +200,8 @@ void *hak_realloc(void *p, size_t size) {
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
     if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
-#ifdef HAK_HARDENED
-    if (kind == HAK_CHUNK_SS && !hak_hardened_live(p))
+    if (kind == HAK_CHUNK_SS && !hak_block_live(p))
         hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
-#endif
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
         return NULL;

@@ -306,9 +306,7 @@ void hak_init(void) {
         return;
     }
     hak_options_init();
-#ifdef HAK_HARDENED
-    hak_hardened_init();
-#endif
+    hak_free_check_init();
     heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);

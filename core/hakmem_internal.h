@@ -142,7 +142,19 @@ struct hak_heap;
  * the slab off its queue and stopped looking at it. */
 #define HAK_REMOTE_NOTIFY ((uintptr_t)1)
 
-/* One slab; 64 B so the free path touches a single cache line. */
+/* The free check's view of a page's slab (box/free_check_box.h): blocks
+ * start at the address whose low 32 bits are `start`; a pointer is a block
+ * start handed out at some time exactly when (its low 32 bits - start) * mul
+ * (mod 2^64) < limit.  limit 0: no live slab on the page. */
+typedef struct hak_span_check {
+    uint64_t mul;
+    uint64_t limit;    /* 64 bits so the compare takes it straight from memory */
+    uint32_t start;
+} hak_span_check_t;
+
+/* One slab, two cache lines: the first holds all the free path reads and
+ * writes (the owner's free list and count, owner, tier, the span check),
+ * the second what only slow paths touch. */
 typedef struct hak_slab {
     hak_block_t     *free;        /* owner-only free list                    */
     uint32_t         used;        /* blocks out (live, in a ring, or remote)
@@ -156,7 +168,13 @@ typedef struct hak_slab {
     struct hak_heap *owner;
     _Atomic(uintptr_t) remote;    /* blocks freed by other threads, linked,
                                      | HAK_REMOTE_NOTIFY                      */
-    struct hak_slab *next, *prev; /* class queue (slabs with room)           */
+    hak_span_check_t check;       /* the page's copy of its span's check     */
+    struct hak_heap *tiny_owner;  /* owner if the tier is HAK_TIER_TINY, else
+                                     NULL: the free path's owner test and
+                                     tier test in one compare                */
+    /* -- slow paths only -- */
+    struct hak_slab *next __attribute__((aligned(64)));
+    struct hak_slab *prev;        /* class queue (slabs with room)           */
     struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
     uint16_t         carved;      /* blocks ever threaded onto the free list */
     uint16_t         capacity;    /* blocks in the slab                      */
@@ -165,25 +183,17 @@ typedef struct hak_slab {
     uint16_t         purge_mark;  /* used at the last purge                  */
 } __attribute__((aligned(64))) hak_slab_t;
 
-_Static_assert(sizeof(hak_slab_t) == 64, "a slab descriptor is one cache line");
+_Static_assert(sizeof(hak_slab_t) == 128, "a slab descriptor is two cache lines");
+_Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
+               "the free path's fields share the first line");
 
 /* SuperSlab tiers.  HOT takes new slabs; DRAINING (mostly empty) serves
  * frees only, so it can empty out; a FREE SuperSlab has no slab left and sits
  * decommitted in the global cache until reused or unmapped. */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
-#ifdef HAK_HARDENED
-/* The hardened free check's view of page i's slab (box/hardened_box.h):
- * blocks start at chunk offset `start`; the first `limit` bytes from there
- * hold blocks handed out at least once (0: no live slab).  8 bytes, so the
- * free path indexes it by page without a multiply. */
-typedef struct hak_span_check {
-    uint32_t start;
-    uint32_t limit;
-} hak_span_check_t;
-#endif
 
-/* slabs[] comes first: a block's descriptor is then chunk base + page * 64. */
+/* slabs[] comes first: a block's descriptor is then chunk base + page * 128. */
 typedef struct hak_superslab {
     hak_slab_t            slabs[HAK_SS_PAGES];
     uint64_t              magic;
@@ -193,12 +203,6 @@ typedef struct hak_superslab {
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
-#ifdef HAK_HARDENED
-    hak_span_check_t      check[HAK_SS_PAGES]; /* by page, copied to a whole span */
-    uint64_t              divisible[HAK_SS_PAGES]; /* by page: UINT64_MAX / block
-                                     size + 1, so off * divisible < divisible
-                                     exactly when the size divides a 32-bit off */
-#endif
 } hak_superslab_t;
 
 #define HAK_SS_MAGIC 0x68616b53534d656dULL
@@ -288,16 +292,16 @@ HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
 /* Unmap the ranges the hardened build keeps dead (false: none, or not that build). */
 HAK_INTERNAL bool  hak_os_release_dead(void);
 
-/* Hardened build (hakmem_hardened.c; the checks: box/hardened_box.h). */
+/* The free check (hakmem_free_check.c; inline part: box/free_check_box.h). */
+HAK_INTERNAL void hak_free_check_init(void);
+/* Copy a slab's block range to the span checks of its pages: when the slab
+ * is made or retired (carved_only false) and when it carves blocks. */
+HAK_INTERNAL void hak_span_check_sync(const hak_slab_t *s, bool carved_only);
+
+/* Hardened build (hakmem_hardened.c). */
 #ifdef HAK_HARDENED
-HAK_INTERNAL void hak_hardened_init(void);
 HAK_INTERNAL void hak_hardened_lock_all(void);
 HAK_INTERNAL void hak_hardened_unlock_all(void);
-HAK_INTERNAL void hak_hardened_span_sync(const hak_slab_t *s, bool carved_only);
-#else
-static inline void hak_hardened_span_sync(const hak_slab_t *s, bool carved_only) {
-    (void)s, (void)carved_only;
-}
 #endif
 HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
@@ -306,9 +310,6 @@ HAK_INTERNAL void  hak_os_unlock_all(void);
 HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
-/* hak_fatal for the fast paths: not declared noreturn, so the check ends in
- * a tail jump and the fast path needs no stack frame. */
-HAK_INTERNAL void  hak_bad_free(const char *what, const void *p) __attribute__((cold));
 
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,

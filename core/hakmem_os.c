@@ -198,8 +198,6 @@ void hak_os_unlock_all(void) {
     hak_unlock(&radix_lock);
 }
 
-void hak_bad_free(const char *what, const void *p) { hak_fatal(what, p); }
-
 void hak_fatal(const char *what, const void *p) {
     char buf[160];
     static const char hex[] = "0123456789abcdef";

@@ -56,7 +56,7 @@ static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n) {
         hak_slab_t *s = hak_slab_of(b);
         hak_link_set(b, s->free);
         s->free = b;
-        deferred_t *slot = &d[((uintptr_t)s >> 6) % DEFER_SLOTS];
+        deferred_t *slot = &d[((uintptr_t)s / sizeof(hak_slab_t)) % DEFER_SLOTS];
         if (slot->slab != s) {
             defer_apply(h, slot);
             slot->slab = s;

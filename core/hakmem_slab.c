@@ -53,7 +53,7 @@ static inline bool slab_ss_hot(const hak_slab_t *s) { return hak_ss_state(hak_ss
 
 /* Address of the slab's first block: page 0 starts after the header. */
 static inline char *slab_start(const hak_slab_t *s) {
-    unsigned idx = (unsigned)(((uintptr_t)s >> 6) & (HAK_SS_PAGES - 1));
+    unsigned idx = (unsigned)(s - hak_ss_of(s)->slabs);
     return (char *)hak_ss_of(s) + (idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT);
 }
 
@@ -72,6 +72,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->notify_pending = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;
+    s->tiny_owner = s->tier == HAK_TIER_TINY ? h : NULL;
     atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
     s->carved = 0;
     s->capacity = (uint16_t)((limit - start) / hak_class_block_size[cls]);
@@ -81,10 +82,11 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
      * into any page of the span takes the fast path to the ring. */
     for (unsigned i = 1; i < s->npages; i++) {
         s[i].owner = h;
+        s[i].tiny_owner = s->tiny_owner;
         s[i].tier = s->tier;
         s[i].cls = s->cls;
     }
-    hak_hardened_span_sync(s, false);
+    hak_span_check_sync(s, false);
     queue_push_head(h, cls, s);
     return s;
 }
@@ -109,7 +111,7 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     hak_block_mark_free(p);
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
-    hak_hardened_span_sync(s, true);
+    hak_span_check_sync(s, true);
     return true;
 }
 

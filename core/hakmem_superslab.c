@@ -200,8 +200,9 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     for (unsigned i = 0; i < s->npages; i++) {     /* the head and its mirrors */
         s[i].tier = HAK_TIER_NONE;
         s[i].owner = NULL;
+        s[i].tiny_owner = NULL;
     }
-    hak_hardened_span_sync(s, false);     /* no live blocks here any more */
+    hak_span_check_sync(s, false);     /* no live blocks here any more */
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
     h->dirty_count += s->npages;

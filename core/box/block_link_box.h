@@ -1,6 +1,7 @@
-/* block_link_box — the link word of a free block.
+/* block_link_box — the two words of a free block: its link and its
+ * freed-mark.
  *
- * Default build: a plain pointer.  Hardened build (HAK_HARDENED): the
+ * The link, default build: a plain pointer.  Hardened build (HAK_HARDENED): the
  * pointer XOR a per-process random key, so a use-after-free write or a
  * forged pointer decodes to junk; a decoded link must stay in the block's
  * own chunk, or the process stops (so the 32-byte cache, which links blocks
@@ -14,16 +15,21 @@
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 
-#ifdef HAK_HARDENED
-/* The freed-mark of the hardened build finds every double free, so the
- * immediate-double-free tests of the default build are left out there. */
-#define HAK_CHEAP_DOUBLE_FREE_CHECK 0
-HAK_INTERNAL extern uintptr_t hak_link_key;
+/* The per-process random key (hakmem_free_check.c): freed-marks in both
+ * builds, encoded links in the hardened one. */
+HAK_INTERNAL extern uintptr_t hak_block_key;
 
+/* The freed-mark (free_check_box.h): set in a free block's second word as it
+ * is carved or freed, cleared as it is handed to the program. */
+static inline uintptr_t hak_freed_mark(const void *p) { return hak_block_key ^ (uintptr_t)p; }
+static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
+static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
+
+#ifdef HAK_HARDENED
 /* Follow a link: NULL, or a block of the same chunk (a forged link almost
  * never is). */
 static inline hak_block_t *hak_link_get(const hak_block_t *b) {
-    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_block_key);
     if (hak_unlikely((((uintptr_t)n ^ (uintptr_t)b) >> HAK_CHUNK_SHIFT) != 0 && n != NULL))
         hak_fatal("free list corrupted (use after free?) at", b);
     return n;
@@ -33,20 +39,15 @@ static inline hak_block_t *hak_link_get(const hak_block_t *b) {
  * block of a SuperSlab will do.  (This build turns the cache off at start-up,
  * hakmem_options.c; its flush code still compiles against this.) */
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
-    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_link_key);
+    hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_block_key);
     if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || hak_chunk_kind(n) != HAK_CHUNK_SS)))
         hak_fatal("free list corrupted (use after free?) at", b);
     return n;
 }
 
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) {
-    b->next = (hak_block_t *)((uintptr_t)n ^ hak_link_key);
+    b->next = (hak_block_t *)((uintptr_t)n ^ hak_block_key);
 }
-/* The freed-mark (hardened_box.h): set in a free block's second word as it
- * is carved or freed, cleared as it is handed to the program. */
-static inline uintptr_t hak_freed_mark(const void *p) { return hak_link_key ^ (uintptr_t)p; }
-static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
-static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
 /* A ring holds blocks by pointer, with no link to decode: its pop checks
  * the mark instead, which a use-after-free write over the word destroys. */
 static inline void hak_ring_block_taken(void *p) {
@@ -55,10 +56,7 @@ static inline void hak_ring_block_taken(void *p) {
     ((uintptr_t *)p)[1] = 0;
 }
 #else
-#define HAK_CHEAP_DOUBLE_FREE_CHECK 1
-static inline void hak_block_mark_free(void *p) { (void)p; }
-static inline void hak_block_taken(void *p) { (void)p; }
-static inline void hak_ring_block_taken(void *p) { (void)p; }
+static inline void hak_ring_block_taken(void *p) { hak_block_taken(p); }
 static inline hak_block_t *hak_link_get(const hak_block_t *b) { return b->next; }
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) { return b->next; }
 static inline void hak_link_set(hak_block_t *b, hak_block_t *n) { b->next = n; }
