@@ -121,13 +121,23 @@ TEST_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Ites
 
 tests: $(TEST_BINS) $(TEST_BINS_H)
 
+# test_atfork links a library whose constructor registers fork handlers that
+# allocate, before hakmem's own handlers exist (tests/stress/lib/).
+ATFORK_LIB := $(BUILD)/tests/lib/libatfork_prep.so
+$(ATFORK_LIB): tests/stress/lib/atfork_prep.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -fPIC -shared $< -o $@
+$(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: $(ATFORK_LIB)
+$(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: \
+    TEST_LDLIBS = $(ATFORK_LIB) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
+	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic $(TEST_LDLIBS) -lcmocka -ldl
 
 $(BUILD)/tests-hardened/%: tests/%.c $(wildcard tests/*/*.h) $(BUILD)/libhakmem_hardened.a
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a -lcmocka -ldl
+	$(CC) $(TEST_CFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a $(TEST_LDLIBS) -lcmocka -ldl
 
 # run_tests.sh last: its "N passed, N failed" line closes the output.
 test:

@@ -10,18 +10,54 @@
 #include "hakmem_internal.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #ifdef HAK_HARDENED
 
 /* Address space given back to the OS stays reserved, inaccessible and
- * marked dead, for the last DEAD_RANGES ranges. */
+ * marked dead, for the last DEAD_RANGES ranges and at most dead_budget()
+ * bytes: reserved address space counts against RLIMIT_AS, and the program
+ * must still be able to map what it freed for its own use.  A failed
+ * mapping releases all of it (make_room); malloc_trim keeps it, since it
+ * holds no memory and still catches late frees. */
 #define DEAD_RANGES 64
+#define DEAD_BYTES_UNLIMITED ((size_t)1 << 30)
 static hak_lock_t dead_lock;
 
 void hak_hardened_lock_all(void)   { hak_lock(&dead_lock); }
 void hak_hardened_unlock_all(void) { hak_unlock(&dead_lock); }
-static struct { char *base; size_t len; } dead[DEAD_RANGES];
-static unsigned dead_next;
+static struct { char *base; size_t len; } dead[DEAD_RANGES];   /* oldest at dead_first */
+static unsigned dead_first, dead_count;
+static size_t dead_bytes;
+
+/* Read at each retirement: the program may lower its limit at any time. */
+static size_t dead_budget(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return DEAD_BYTES_UNLIMITED;
+    return rl.rlim_cur / 16;
+}
+
+/* Record [base, base + len), already reserved PROT_NONE, as dead, after
+ * unmapping the oldest ranges that would exceed the count or the budget. */
+static void dead_record(char *base, size_t len) {
+    size_t budget = dead_budget();
+    hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
+    hak_lock(&dead_lock);
+    while (dead_count == DEAD_RANGES || (dead_count > 0 && dead_bytes + len > budget)) {
+        char *old = dead[dead_first].base;
+        size_t old_len = dead[dead_first].len;
+        dead_first = (dead_first + 1) % DEAD_RANGES;
+        dead_count--;
+        dead_bytes -= old_len;
+        hak_chunk_map_set(old, old_len, HAK_CHUNK_NONE);
+        hak_os_unmap_unused(old, old_len);
+    }
+    dead[(dead_first + dead_count) % DEAD_RANGES].base = base;
+    dead[(dead_first + dead_count) % DEAD_RANGES].len = len;
+    dead_count++;
+    dead_bytes += len;
+    hak_unlock(&dead_lock);
+}
 
 void hak_os_retire_range(void *base, size_t len) {
     void *r = mmap(base, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -31,32 +67,35 @@ void hak_os_retire_range(void *base, size_t len) {
         hak_os_unmap(base, len);
         return;
     }
-    hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
-    hak_lock(&dead_lock);
-    char *old = dead[dead_next].base;
-    size_t old_len = dead[dead_next].len;
-    dead[dead_next].base = base;
-    dead[dead_next].len = len;
-    dead_next = (dead_next + 1) % DEAD_RANGES;
-    hak_unlock(&dead_lock);
-    if (old != NULL) {
-        hak_chunk_map_set(old, old_len, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(old, old_len);
+    dead_record(base, len);
+}
+
+/* The range a large realloc moved away from, already unmapped by mremap
+ * (and untagged): reserve it again as dead unless another mapping took it
+ * meanwhile, so a late free of the old pointer is caught. */
+void hak_os_retire_moved(void *base, size_t len) {
+    void *r = mmap(base, len, PROT_NONE,
+                   MAP_FIXED_NOREPLACE | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return;
+    if (r != base) {                         /* a kernel without MAP_FIXED_NOREPLACE */
+        munmap(r, len);
+        return;
     }
+    dead_record(base, len);
 }
 
 /* Out of address space: the dead ranges go first (hak_os_map_tagged). */
 bool hak_os_release_dead(void) {
     bool any = false;
     hak_lock(&dead_lock);
-    for (unsigned i = 0; i < DEAD_RANGES; i++) {
-        if (dead[i].base == NULL) continue;
-        hak_chunk_map_set(dead[i].base, dead[i].len, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(dead[i].base, dead[i].len);
-        dead[i].base = NULL;
+    for (; dead_count > 0; dead_count--) {
+        hak_chunk_map_set(dead[dead_first].base, dead[dead_first].len, HAK_CHUNK_NONE);
+        hak_os_unmap_unused(dead[dead_first].base, dead[dead_first].len);
+        dead_first = (dead_first + 1) % DEAD_RANGES;
         any = true;
     }
+    dead_bytes = 0;
     hak_unlock(&dead_lock);
     return any;
 }
@@ -64,6 +103,7 @@ bool hak_os_release_dead(void) {
 #else
 
 bool hak_os_release_dead(void) { return false; }
+void hak_os_retire_moved(void *base, size_t len) { (void)base, (void)len; }
 
 void hak_os_retire_range(void *base, size_t len) {
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);

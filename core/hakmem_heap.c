@@ -263,7 +263,10 @@ void *hak_alloc_without_heap(size_t size) {
  * freeable (onto the orphan's remote list), their memory not reused. */
 /* In the order the allocator itself nests them: a metadata mapping that
  * fails makes room (hakmem_os.c) with radix_lock and meta_lock held, which
- * takes the cache locks inside them. */
+ * takes the cache locks inside them.  Then the forking thread passes every
+ * lock (hak_tls_fork_locked) until our parent or child handler: another
+ * library's prepare handler registered before ours runs after it, and one
+ * that allocates must not wait for a lock its own thread holds. */
 static void fork_prepare(void) {
     hak_lock(&heap_lock);
     hak_os_lock_all();
@@ -272,10 +275,12 @@ static void fork_prepare(void) {
 #ifdef HAK_HARDENED
     hak_hardened_lock_all();
 #endif
+    hak_tls_fork_locked = true;
 }
 
 /* All but heap_lock, in the reverse order. */
 static void fork_unlock_inner(void) {
+    hak_tls_fork_locked = false;
 #ifdef HAK_HARDENED
     hak_hardened_unlock_all();
 #endif

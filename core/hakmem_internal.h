@@ -266,10 +266,17 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
+/* hakmem's spin locks guard only slow paths.  While a thread runs fork()
+ * it holds every one of them (hakmem_heap.c), from hakmem's prepare handler
+ * to its parent or child handler; other libraries' fork handlers run before
+ * or after ours in any order and may allocate, so in that thread the locks
+ * let it through (hak_tls_fork_locked) instead of waiting for itself. */
 typedef struct { _Atomic int held; } hak_lock_t;
+extern __thread bool hak_tls_fork_locked;
 HAK_INTERNAL void hak_lock(hak_lock_t *l);
 HAK_INTERNAL bool hak_trylock(hak_lock_t *l);
 static inline void hak_unlock(hak_lock_t *l) {
+    if (hak_unlikely(hak_tls_fork_locked)) return;
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
 
@@ -289,6 +296,9 @@ HAK_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
 HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
+/* The range a large realloc moved away from (mremap unmapped it): the
+ * hardened build reserves it again as dead; nothing in the default one. */
+HAK_INTERNAL void  hak_os_retire_moved(void *base, size_t len);
 /* Unmap the ranges the hardened build keeps dead (false: none, or not that build). */
 HAK_INTERNAL bool  hak_os_release_dead(void);
 
@@ -382,7 +392,6 @@ HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
-HAK_INTERNAL void hak_stats_init(void);
 HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
 /* Heaps and threads (hakmem_heap.c) */

@@ -217,6 +217,7 @@ void *hak_large_realloc(void *p, size_t size) {
         return NULL;
     }
     atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
+    hak_os_retire_moved(base, len);
     errno = saved;
     return block_at(nb, new_len, off);
 }

@@ -66,6 +66,12 @@ static bool parse_int(const char *s, long *out) {
 
 extern char **environ;
 
+/* A value quoted in a warning: at most 64 characters, so the line always
+ * fits and ends with its newline. */
+#define QUOTE_MAX 64
+#define QUOTE(s) (strlen(s) > QUOTE_MAX ? QUOTE_MAX : (int)strlen(s)), (s), \
+                 (strlen(s) > QUOTE_MAX ? "..." : "")
+
 void hak_options_init(void) {
     char line[320];
     for (size_t i = 0; i < NOPTIONS; i++) {
@@ -86,8 +92,8 @@ void hak_options_init(void) {
                     if (w) strncat(words, "|", sizeof words - strlen(words) - 1);
                     strncat(words, o->words[w], sizeof words - strlen(words) - 1);
                 }
-                snprintf(line, sizeof line, "hakmem: %s=%s is not one of %s; using %s\n",
-                         o->name, s, words, o->words[o->def]);
+                snprintf(line, sizeof line, "hakmem: %s=%.*s%s is not one of %s; using %s\n",
+                         o->name, QUOTE(s), words, o->words[o->def]);
                 say(line);
             }
             continue;
@@ -96,8 +102,8 @@ void hak_options_init(void) {
         if (number && v >= o->min && v <= o->max) {
             *o->value = (int)v;
         } else {
-            snprintf(line, sizeof line, "hakmem: %s=%s is %s %d..%d; using %d\n", o->name, s,
-                     number ? "outside" : "not a number in", o->min, o->max, o->def);
+            snprintf(line, sizeof line, "hakmem: %s=%.*s%s is %s %d..%d; using %d\n", o->name,
+                     QUOTE(s), number ? "outside" : "not a number in", o->min, o->max, o->def);
             say(line);
         }
     }
@@ -109,7 +115,8 @@ void hak_options_init(void) {
         for (size_t i = 0; i < NOPTIONS && !known; i++)
             known = strlen(options[i].name) == len && strncmp(options[i].name, *e, len) == 0;
         if (!known) {
-            snprintf(line, sizeof line, "hakmem: unknown setting %.*s ignored\n", (int)len, *e);
+            snprintf(line, sizeof line, "hakmem: unknown setting %.*s%s ignored\n",
+                     (int)(len > QUOTE_MAX ? QUOTE_MAX : len), *e, len > QUOTE_MAX ? "..." : "");
             say(line);
         }
     }
@@ -123,7 +130,6 @@ void hak_options_init(void) {
     }
 #endif
     if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
-    if (hak_opt.stats) hak_stats_init();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];

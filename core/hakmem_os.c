@@ -19,7 +19,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+__thread bool hak_tls_fork_locked;
+
 void hak_lock(hak_lock_t *l) {
+    if (hak_unlikely(hak_tls_fork_locked)) return;      /* held for fork() */
     for (;;) {
         if (!atomic_exchange_explicit(&l->held, 1, memory_order_acquire)) return;
         for (int spin = 0; atomic_load_explicit(&l->held, memory_order_relaxed); spin++) {
@@ -30,6 +33,7 @@ void hak_lock(hak_lock_t *l) {
 }
 
 bool hak_trylock(hak_lock_t *l) {
+    if (hak_unlikely(hak_tls_fork_locked)) return true;
     return !atomic_load_explicit(&l->held, memory_order_relaxed) &&
            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire);
 }

@@ -49,8 +49,10 @@ static const char *tier_name(unsigned cls) {
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-/* Lines go to a stream (hak_stats_print) or, at exit, straight to the
- * descriptor saved at start-up: by then a program may have closed stderr. */
+/* Lines go to a stream (hak_stats_print) or, at exit, straight to
+ * descriptor 2 with write(2): stdio may be torn down by then.  hakmem keeps
+ * no descriptor of its own (a copy would show up among the program's, and
+ * the program may reuse its number for one of its own files). */
 typedef struct { FILE *out; int fd; } sink_t;
 
 static void emit(const sink_t *k, const char *line) {
@@ -102,20 +104,13 @@ void hak_stats_print(FILE *out) {
     print_report(&k);
 }
 
-static int report_fd = -1;
-
-/* From hak_init with HAKMEM_STATS=1: keep our own copy of stderr. */
-void hak_stats_init(void) {
-    report_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
-}
-
 /* A realloc that resized a large block in place. */
 void hak_stats_resize(int64_t delta) {
     add_live(delta);
 }
 
 __attribute__((destructor)) static void stats_at_exit(void) {
-    if (!hak_opt.stats || report_fd < 0) return;
-    sink_t k = { NULL, report_fd };
+    if (!hak_opt.stats || fcntl(2, F_GETFD) < 0) return;     /* stderr closed */
+    sink_t k = { NULL, 2 };
     print_report(&k);
 }

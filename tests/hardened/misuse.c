@@ -1,6 +1,7 @@
-/* misuse — one allocator misuse per run, for the hardened build's checks.
+/* misuse — one allocator misuse per run, for the misuse checks of both
+ * builds (scripts/run_hardened_tests.sh).
  *
- *   misuse CASE SIZE     (run with LD_PRELOAD=libhakmem_hardened.so)
+ *   misuse CASE SIZE     (run with LD_PRELOAD=libhakmem.so or libhakmem_hardened.so)
  *
  * Prints the address it is about to misuse on stdout (so the caller can
  * match it against the "hakmem: ..." line), then commits the misuse.  If the
@@ -19,7 +20,7 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|corrupt-link SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|corrupt-link|slab-header|no-slab SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -73,6 +74,16 @@ int main(int argc, char **argv) {
         sink = malloc(n);
         sink = malloc(n);
         (void)sink;
+    } else if (strcmp(what, "slab-header") == 0) {   /* into its SuperSlab's header */
+        char *p = malloc(n);
+        char *header = (char *)((uintptr_t)p & ~(uintptr_t)(4 * 1024 * 1024 - 1)) + 256;
+        say(header);
+        free(header);
+    } else if (strcmp(what, "no-slab") == 0) {       /* a page of its SuperSlab with no slab */
+        char *p = malloc(n);
+        char *unused = (char *)((uintptr_t)p & ~(uintptr_t)(4 * 1024 * 1024 - 1)) + 62 * 65536;
+        say(unused);
+        free(unused);
     } else {
         fprintf(stderr, "misuse: unknown case %s\n", what);
         return 2;
