@@ -151,7 +151,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
         else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
-        else hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
+        else hak_pool_free(h, s->ring, p);    /* also the 32-byte cache */
         return;
     }
     __libc_free(p);
@@ -171,7 +171,7 @@ void hak_free(void *p) {
             return;
         }
         if (hak_likely(s->owner == h)) {
-            hak_pool_free(h, s->cls, p);     /* also the 32-byte cache */
+            hak_pool_free(h, s->ring, p);    /* also the 32-byte cache */
             return;
         }
     }

@@ -132,6 +132,7 @@ enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
 
 struct hak_heap;
+struct hak_ring;
 
 /* Set in slab->used while the slab is off its class queue (no free block
  * left), so the free path tests "now empty or was full" with one compare. */
@@ -166,15 +167,17 @@ typedef struct hak_slab {
     uint8_t          cls;         /* size class                              */
     uint8_t          npages;      /* span length in pages                    */
     struct hak_heap *owner;
-    _Atomic(uintptr_t) remote;    /* blocks freed by other threads, linked,
-                                     | HAK_REMOTE_NOTIFY                      */
+    struct hak_ring *ring;        /* the owner's ring for this class (for a
+                                     Tiny class the empty ring)              */
     hak_span_check_t check;       /* the page's copy of its span's check     */
     struct hak_heap *tiny_owner;  /* owner if the tier is HAK_TIER_TINY, else
                                      NULL: the free path's owner test and
                                      tier test in one compare                */
     /* -- slow paths only -- */
-    struct hak_slab *next __attribute__((aligned(64)));
-    struct hak_slab *prev;        /* class queue (slabs with room)           */
+    _Atomic(uintptr_t) remote __attribute__((aligned(64)));
+                                  /* blocks freed by other threads, linked,
+                                     | HAK_REMOTE_NOTIFY                      */
+    struct hak_slab *next, *prev; /* class queue (slabs with room)           */
     struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
     uint16_t         carved;      /* blocks ever threaded onto the free list */
     uint16_t         capacity;    /* blocks in the slab                      */
@@ -211,11 +214,12 @@ typedef struct hak_superslab {
 #define HAK_SS_DATA0 ((sizeof(hak_superslab_t) + 1023) & ~(size_t)1023)
 
 /* ---- per-thread heap ------------------------------------------------------ */
-typedef struct hak_ring {
+struct hak_ring {
     uint32_t count;
     uint32_t cap;
     void    *slot[];
-} hak_ring_t;
+};
+typedef struct hak_ring hak_ring_t;
 
 typedef struct { hak_ring_t r; void *slot[POOL_L2_RING_CAP]; } hak_l2_ring_t;
 typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;

@@ -72,6 +72,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->notify_pending = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;
+    s->ring = h->ring[cls];
     s->tiny_owner = s->tier == HAK_TIER_TINY ? h : NULL;
     atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
     s->carved = 0;
@@ -82,6 +83,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
      * into any page of the span takes the fast path to the ring. */
     for (unsigned i = 1; i < s->npages; i++) {
         s[i].owner = h;
+        s[i].ring = s->ring;
         s[i].tiny_owner = s->tiny_owner;
         s[i].tier = s->tier;
         s[i].cls = s->cls;

@@ -21,9 +21,9 @@ static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
     return hak_pool_alloc_slow(h, r, cls);
 }
 
-/* p's slab is owned by the calling thread; p passed the free check. */
-static inline void hak_pool_free(hak_heap_t *h, unsigned cls, void *p) {
-    hak_ring_t *r = hak_pool_ring(h, cls);
+/* p's slab is owned by the calling thread (r is slab->ring, its ring for
+ * the slab's class); p passed the free check. */
+static inline void hak_pool_free(hak_heap_t *h, hak_ring_t *r, void *p) {
     uint32_t n = r->count;
     if (hak_likely(n < r->cap)) {
         r->slot[n] = p;
