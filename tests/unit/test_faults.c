@@ -12,6 +12,9 @@
  *       before and after malloc_trim.
  *   stale_free_after_large_realloc_move      hardened: a free of the old
  *       pointer of a large block that realloc moved stops with a message.
+ *   free_into_retired_span                   a double free of a block whose
+ *       multi-page slab was retired and its pages reused, and a realloc into
+ *       a page with no slab, stop with a message.
  *   double_free_across_threads               a block freed by one thread and
  *       again by another stops with "double free", whichever thread owns it.
  *
@@ -246,6 +249,44 @@ static void test_stale_free_after_large_realloc_move(void **state)
 }
 #endif
 
+/* ---- frees into memory whose slab has gone ---------------------------------- */
+
+static void *volatile shared_sink;
+
+/* A double free of a block of a multi-page slab after the slab was retired
+ * (malloc_trim) and its pages perhaps reused by Tiny blocks of 48 B: the
+ * block is then in a page with no slab, or in the middle of a 48-byte block,
+ * or past the blocks a new slab carved. */
+static void retired_span_child(void)
+{
+    enum { N = 64 };
+    char *blocks[N];
+    for (int i = 0; i < N; i++) blocks[i] = MALLOC(40000);
+    char *second = blocks[1];                  /* 40000 B into its span */
+    for (int i = 0; i < N; i++) FREE(blocks[i]);
+    hak_trim(0);                               /* the slabs retire */
+    for (int i = 0; i < 2000; i++) shared_sink = MALLOC(48);
+    FREE(second);
+}
+
+/* realloc of a pointer into a page of a SuperSlab that holds no slab */
+static void realloc_no_slab_child(void)
+{
+    char *p = MALLOC(48);
+    char *unused = (char *)((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1)) + 62 * 65536;
+    shared_sink = hak_realloc(unused, 100);
+}
+
+static void test_free_into_retired_span(void **state)
+{
+    (void)state;
+    char err[4096];
+    int status = in_child(retired_span_child, err, sizeof err);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT || strncmp(err, "hakmem: free(): ", 16) != 0)
+        fail_msg("expected a hakmem: free(): line and SIGABRT, got status 0x%x; %s", status, err);
+    expect_abort(in_child(realloc_no_slab_child, err, sizeof err), err, "realloc(): not a live block");
+}
+
 /* ---- double free across threads ------------------------------------------- */
 
 static void *volatile shared_block;
@@ -315,6 +356,7 @@ int main(int argc, char **argv)
 #if defined(HAK_HARDENED) && !defined(HAK_TEST_HAK_ONLY)
         cmocka_unit_test(test_stale_free_after_large_realloc_move),
 #endif
+        cmocka_unit_test(test_free_into_retired_span),
         cmocka_unit_test(test_double_free_across_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
