@@ -218,6 +218,18 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     *abandoned = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
 }
 
+void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
+    size_t s = 0, d = 0;
+    hak_lock(&heap_lock);
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) {
+        s += __atomic_load_n(&h->slab_pages, __ATOMIC_RELAXED);
+        d += __atomic_load_n(&h->dirty_count, __ATOMIC_RELAXED);
+    }
+    hak_unlock(&heap_lock);
+    *slab_pages = s;
+    *dirty_pages = d;
+}
+
 /* pthread key destructor: the thread is exiting.  Its rings go back to the
  * slabs and the heap waits for a new thread, warm: threads that come and go
  * (a server's workers, Larson) adopt it at once.  If none comes, the running
@@ -237,7 +249,7 @@ static void heap_thread_exit(void *arg) {
 
 /* Allocation by a thread whose heap is gone (a destructor running after
  * ours): borrow an abandoned heap under the lock for this one call. */
-void *hak_alloc_without_heap(size_t size) {
+HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
     void *p = NULL;
@@ -275,12 +287,14 @@ static void fork_prepare(void) {
 #ifdef HAK_HARDENED
     hak_hardened_lock_all();
 #endif
+    hak_profile_lock_all();
     hak_tls_fork_locked = true;
 }
 
 /* All but heap_lock, in the reverse order. */
 static void fork_unlock_inner(void) {
     hak_tls_fork_locked = false;
+    hak_profile_unlock_all();
 #ifdef HAK_HARDENED
     hak_hardened_unlock_all();
 #endif
@@ -296,6 +310,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
     fork_unlock_inner();
+    hak_profile_fork_child();
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
         if (h != hak_tls_owner && h->state == HAK_HEAP_ACTIVE) h->state = HAK_HEAP_ORPHANED;
     hak_unlock(&heap_lock);

@@ -78,6 +78,11 @@
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
+/* The functions a sampled allocation passes through inside hakmem: their
+ * own section, so the heap profiler drops their frames from a stack by
+ * address (hak_alloc_text_start..end, hakmem_profile.c).  (A function with
+ * a section of its own is also never split into hot and cold parts.) */
+#define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
 
 #ifdef HAK_DEBUG
 #include <assert.h>
@@ -228,6 +233,12 @@ typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;
 enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2, HAK_HEAP_ORPHANED = 3 };
 
 typedef struct hak_heap {
+    /* Bytes the thread may still allocate before the next heap-profile
+     * sample (hakmem_profile.c): every malloc fast path subtracts its
+     * request size and goes to hak_profile_alloc when this turns negative.
+     * INT64_MAX while profiling is off, so it never does; 0 in a new heap,
+     * so its first allocation sets it (prof_ready). */
+    int64_t          sample_left;
     /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
      * entry points at a slab, the empty sentinel when the queue is empty. */
     hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
@@ -255,6 +266,10 @@ typedef struct hak_heap {
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
+    size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
+                                      written by the heap's owner only     */
+    uint64_t         prof_rng;     /* the profiler's PRNG state            */
+    bool             prof_ready;   /* sample_left set for this process     */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
 } hak_heap_t;
@@ -363,13 +378,13 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
 }
 
 /* Tiny (hakmem_tiny.c) */
-HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
+HAK_INTERNAL void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h, unsigned cls);
 HAK_INTERNAL void hak_c2_free_full(hak_heap_t *h, void *p);
 HAK_INTERNAL void hak_c2_flush(hak_heap_t *h, unsigned keep);
 HAK_INTERNAL void hak_size_class_enable_c2(void);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
-HAK_INTERNAL void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls);
+HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r, unsigned cls);
 HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
@@ -387,6 +402,7 @@ HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
 HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
+HAK_INTERNAL extern _Atomic size_t hak_large_live;   /* live large blocks (hakmem.c) */
 HAK_INTERNAL void   hak_large_lock_all(void);
 HAK_INTERNAL void   hak_large_unlock_all(void);
 
@@ -398,6 +414,23 @@ HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
 HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
+/* Heap profiler (hakmem_profile.c; fast-path part: box/profile_box.h).
+ * hak_profile_on: sampling is on (HAKMEM_PROFILE or HAKMEM_PROFILE_LEAKS),
+ * set once at start-up. */
+HAK_INTERNAL extern bool hak_profile_on;
+HAK_INTERNAL void  hak_profile_init(void);
+HAK_INTERNAL void *hak_profile_alloc(size_t size);
+HAK_INTERNAL bool  hak_profile_large_due(size_t size);
+HAK_INTERNAL void  hak_profile_large_sampled(void *p, size_t size);
+HAK_INTERNAL void  hak_profile_large_free(void *p);
+HAK_INTERNAL void  hak_profile_large_moved(void *from, void *to, size_t size);
+HAK_INTERNAL bool  hak_profile_free_sampled(void *p);
+HAK_INTERNAL size_t hak_profile_usable(const void *p);
+HAK_INTERNAL void  hak_profile_resized(void *p, size_t size);
+HAK_INTERNAL void  hak_profile_lock_all(void);
+HAK_INTERNAL void  hak_profile_unlock_all(void);
+HAK_INTERNAL void  hak_profile_fork_child(void);
+
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
@@ -406,5 +439,8 @@ HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_trim(void);
 HAK_INTERNAL bool hak_heap_release_abandoned(void);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
+/* Sums over every heap, for mallinfo2: pages in slab spans and free pages
+ * still resident (each heap's owner writes its own counts). */
+HAK_INTERNAL void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages);
 
 #endif /* HAKMEM_INTERNAL_H */

@@ -11,14 +11,16 @@
 #include <errno.h>
 #include <string.h>
 
-void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
+HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r, unsigned cls) {
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
-        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[cls]);
-        void *p = hak_pool_alloc(h, cls);
+        if (h == NULL) return hak_alloc_without_heap(size);
+        void *p = hak_pool_alloc(h, cls, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
         return p;
     }
+    /* The fast path's countdown happens only when it has a block. */
+    if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
     unsigned want = r->cap > 1 ? r->cap / 2 : 1;
     unsigned got = hak_class_take(h, cls, r->slot, want);
     if (got == 0) {

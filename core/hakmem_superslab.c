@@ -178,6 +178,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     h->dirty_reused += reused;
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
+    __atomic_store_n(&h->slab_pages, h->slab_pages + npages, __ATOMIC_RELAXED);   /* mallinfo2 */
     hak_slab_t *s = &ss->slabs[idx];
     s->npages = (uint8_t)npages;
     return s;
@@ -206,6 +207,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     ss->free_pages |= bits;
     ss->dirty_pages |= bits;
     h->dirty_count += s->npages;
+    __atomic_store_n(&h->slab_pages, h->slab_pages - s->npages, __ATOMIC_RELAXED);
     if (ss->free_pages == ~(uint64_t)0 && h->sweeping != ss && release_ok(h, ss)) {
         ss_release(h, ss);
         return;
