@@ -11,7 +11,8 @@
 #include <errno.h>
 #include <string.h>
 
-HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r, unsigned cls) {
+HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r) {
+    unsigned cls = hak_mid_class(size);
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
         if (h == NULL) return hak_alloc_without_heap(size);

@@ -55,7 +55,8 @@ void hak_size_class_enable_c2(void) {
     hak_tiny_class_of[2] = HAK_C2_CLASS;
 }
 
-HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h, unsigned cls) {
+HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
+    unsigned cls = hak_tiny_class(size);
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
         unsigned real = cls == HAK_C2_CLASS ? HAK_C2_REAL_CLASS : cls;

@@ -23,7 +23,7 @@ static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
         hak_ring_block_taken(p);
         return p;
     }
-    return hak_pool_alloc_slow(size, h, r, cls);
+    return hak_pool_alloc_slow(size, h, r);
 sample:
     return hak_profile_alloc(size);
 }

@@ -19,7 +19,7 @@ static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
         hak_block_taken(b);
         return b;
     }
-    return hak_tiny_alloc_slow(size, h, cls);
+    return hak_tiny_alloc_slow(size, h);
 sample:
     return hak_profile_alloc(size);
 }
