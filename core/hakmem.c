@@ -137,8 +137,8 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
-/* Multi-page slabs, other threads' blocks, large blocks, foreign pointers,
- * junk, and (HAKMEM_STATS=1) everything. */
+/* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
+ * profiler sampled, foreign pointers, junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
@@ -149,6 +149,18 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         }
     }
     if (kind == HAK_CHUNK_DEAD) hak_fatal("free(): block already given back to the OS", p);
+    if (kind == HAK_CHUNK_PROF) {
+        if (!hak_free_check(p)) {
+            hak_free_check_fail(p);
+            return;
+        }
+        if (hak_opt.stats) {
+            unsigned cls = hak_slab_of(p)->cls;
+            hak_stats_free(cls, hak_class_block_size[cls], false);
+        }
+        hak_profile_free(p);
+        return;
+    }
     if (kind == HAK_CHUNK_LARGE) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
@@ -195,8 +207,8 @@ static size_t (*libc_usable_size)(void *);
 
 size_t hak_usable_size(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS)     /* a sampled block is no block start (hakmem_profile.c) */
-        return hak_block_start(p) ? hak_class_block_size[hak_slab_of(p)->cls] : hak_profile_usable(p);
+    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF)
+        return hak_block_start(p) ? hak_class_block_size[hak_slab_of(p)->cls] : 0;
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
     if (kind == HAK_CHUNK_DEAD) hak_fatal("malloc_usable_size(): block already given back to the OS", p);
     if (p == NULL) return 0;
@@ -213,7 +225,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
     if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
-    if (kind == HAK_CHUNK_SS && !hak_block_live(p) && hak_profile_usable(p) == 0)
+    if ((kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) && !hak_block_live(p))
         hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
@@ -228,12 +240,12 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         void *q = hak_large_realloc(p, size);
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
-        if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_large_moved(p, q, size);
+        if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
         return q;
     }
     /* Keep the block when the new size still fits and wastes < half of it. */
     if (size <= old && size > old / 2) {
-        if (hak_unlikely(hak_profile_on) && (kind == HAK_CHUNK_LARGE || !hak_block_start(p)))
+        if (hak_unlikely(hak_profile_on) && (kind == HAK_CHUNK_LARGE || kind == HAK_CHUNK_PROF))
             hak_profile_resized(p, size);     /* a sampled block keeps its record */
         return p;
     }
@@ -256,9 +268,7 @@ HAK_ALLOC_PATH void *hak_reallocarray(void *p, size_t n, size_t size) {
 /* ---- introspection and maintenance ------------------------------------------------- */
 hak_tier_t hak_tier_of(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS) {
-        size_t sampled = hak_block_start(p) ? 0 : hak_profile_usable(p);
-        if (sampled != 0) return hak_class_tier(hak_size_class(sampled));
+    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) {
         unsigned t = hak_slab_of(p)->tier;
         return t == HAK_TIER_TINY_C2 ? HAK_TIER_TINY : (hak_tier_t)t;
     }
@@ -274,6 +284,12 @@ void hak_get_info(hak_info_t *info) {
     info->large_mapped = atomic_load_explicit(&hak_large_mapped, memory_order_relaxed);
     info->large_cached = hak_large_cached_bytes();
     hak_heap_counts(&info->heaps, &info->heaps_abandoned);
+}
+
+int hak_profile_sampled(const void *p) {
+    unsigned kind = hak_chunk_kind(p);
+    if (kind == HAK_CHUNK_PROF) return hak_block_live(p);
+    return kind == HAK_CHUNK_LARGE && hak_profile_on && hak_large_valid(p) && hak_profile_has_record(p);
 }
 
 /* glibc's pad (memory to keep at the top of the heap) has no meaning here:

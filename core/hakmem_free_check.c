@@ -63,11 +63,8 @@ void hak_span_check_sync(const hak_slab_t *s, bool carved_only) {
     }
 }
 
-/* A free the quick check refused: a block the heap profiler sampled (its
- * pointer is never a block start, which is what brings its free here), or
- * find out what is wrong and stop. */
+/* A free the quick check refused: find out what is wrong and stop. */
 void hak_free_check_fail(void *p) {
-    if (hak_unlikely(hak_profile_on) && hak_profile_free_sampled(p)) return;
     const char *why;
     hak_superslab_t *ss = hak_ss_of(p);
     const hak_span_check_t *c = &hak_page_slab_of(p)->check;

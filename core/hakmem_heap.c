@@ -152,11 +152,25 @@ hak_heap_t *hak_heap_for_thread(void) {
     return h;
 }
 
+hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
+    hak_ensure_init();
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heap_new();
+    hak_unlock(&heap_lock);
+    if (h == NULL) return NULL;
+    h->chunk_kind = chunk_kind;
+    h->keep_spares = true;    /* a spare SuperSlab and slab per class, as any heap */
+    h->sample_left = INT64_MAX;
+    h->prof_ready = true;
+    return h;
+}
+
 /* From the slow path every 256 refills: while threads have exited and left
  * heaps behind, take one at a time, collect its remote frees and give its
  * empty memory back, so nothing waits for a new thread to adopt it. */
 void hak_heap_housekeeping(hak_heap_t *h) {
-    (void)h;
+    /* not from the profiler's heap: its lock may not wait for heap_lock */
+    if (h->state != HAK_HEAP_ACTIVE) return;
     if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return;
     if (!hak_trylock(&heap_lock)) return;
     hak_heap_t *b = heap_pop_abandoned_locked();
@@ -212,7 +226,7 @@ bool hak_heap_trim(void) {
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);
-    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n++;
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n += h->chunk_kind == 0;
     hak_unlock(&heap_lock);
     *heaps = n;
     *abandoned = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
@@ -281,26 +295,26 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
  * that allocates must not wait for a lock its own thread holds. */
 static void fork_prepare(void) {
     hak_lock(&heap_lock);
+    hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
     hak_os_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();
 #ifdef HAK_HARDENED
     hak_hardened_lock_all();
 #endif
-    hak_profile_lock_all();
     hak_tls_fork_locked = true;
 }
 
 /* All but heap_lock, in the reverse order. */
 static void fork_unlock_inner(void) {
     hak_tls_fork_locked = false;
-    hak_profile_unlock_all();
 #ifdef HAK_HARDENED
     hak_hardened_unlock_all();
 #endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
     hak_os_unlock_all();
+    hak_profile_unlock_all();
 }
 
 static void fork_parent(void) {

@@ -130,8 +130,13 @@
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
-/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved. */
-enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3 };
+/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved.
+ * HAK_CHUNK_PROF: a SuperSlab of the heap profiler's own heap, which serves
+ * the sampled blocks (hakmem_profile.c): the free fast path takes only
+ * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it
+ * to the profiler; everything else treats it as a SuperSlab. */
+enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,
+       HAK_CHUNK_PROF = 4 };
 
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
@@ -270,6 +275,9 @@ typedef struct hak_heap {
                                       written by the heap's owner only     */
     uint64_t         prof_rng;     /* the profiler's PRNG state            */
     bool             prof_ready;   /* sample_left set for this process     */
+    uint8_t          chunk_kind;   /* its SuperSlabs' tag: 0 (HAK_CHUNK_SS),
+                                      or HAK_CHUNK_PROF for the profiler's
+                                      heap (no thread, used under its lock) */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
 } hak_heap_t;
@@ -425,16 +433,19 @@ HAK_INTERNAL void *hak_profile_alloc(size_t size);
 HAK_INTERNAL bool  hak_profile_large_due(size_t size);
 HAK_INTERNAL void  hak_profile_large_sampled(void *p, size_t size);
 HAK_INTERNAL void  hak_profile_large_free(void *p);
-HAK_INTERNAL void  hak_profile_large_moved(void *from, void *to, size_t size);
-HAK_INTERNAL bool  hak_profile_free_sampled(void *p);
-HAK_INTERNAL size_t hak_profile_usable(const void *p);
+HAK_INTERNAL void  hak_profile_moved(void *from, void *to, size_t size);
+HAK_INTERNAL void  hak_profile_free(void *p);
 HAK_INTERNAL void  hak_profile_resized(void *p, size_t size);
+HAK_INTERNAL bool  hak_profile_has_record(const void *p);
 HAK_INTERNAL void  hak_profile_lock_all(void);
 HAK_INTERNAL void  hak_profile_unlock_all(void);
 HAK_INTERNAL void  hak_profile_fork_child(void);
 
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
+/* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
+ * adopted, swept or housekept (the heap profiler's). */
+HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);

@@ -65,8 +65,6 @@ bool hak_profile_on;
 #define PROF_STACK_BYTES  ((size_t)64 << 20)  /* distinct stacks, in all   */
 #define PROF_CHUNK        ((size_t)1 << 20)   /* records and stacks come in
                                                  mappings of this size     */
-#define PROF_OFFSET       32                  /* pointer into its outer block */
-#define FREED_TAG         0x6672656564736d70ULL
 
 /* ---- numbers: no libm ------------------------------------------------------ */
 /* -ln(u) for 0 < u <= 1: u = m * 2^e with m in [1, 2), ln m = 2 atanh(t),
@@ -171,10 +169,7 @@ typedef struct prof_stack {
 
 typedef struct prof_rec {
     void *ptr;                        /* the program's pointer          */
-    void *outer;                      /* the block holding it, or NULL:
-                                         a large block                  */
     size_t size;                      /* bytes requested (now)          */
-    size_t usable;                    /* what malloc_usable_size says   */
     double weight;                    /* 1 / P(sampled) of the request  */
     prof_stack_t *stack;
     struct prof_rec *next_free;
@@ -206,7 +201,7 @@ static uint64_t stack_hash(const uintptr_t *pc, int n) {
 
 /* Doubles an open-addressing table of pointers, rehashing with `slot`. */
 static bool grow_table(void ***tab, size_t *cap, size_t (*slot)(const void *, size_t)) {
-    size_t ncap = *cap ? *cap * 2 : 4096;
+    size_t ncap = *cap ? *cap * 2 : 1024;
     void **n = map_zeroed(ncap * sizeof(void *));
     if (n == NULL) return false;
     for (size_t i = 0; i < *cap; i++) {
@@ -285,6 +280,12 @@ static prof_rec_t *rec_new(void) {
     return r;
 }
 
+static void rec_release(prof_rec_t *r) {
+    r->ptr = NULL;
+    r->next_free = rec_free;
+    rec_free = r;
+}
+
 static size_t rec_find(const void *p) {
     if (rec_idx_cap == 0) return SIZE_MAX;
     size_t mask = rec_idx_cap - 1;
@@ -293,15 +294,17 @@ static size_t rec_find(const void *p) {
     return SIZE_MAX;
 }
 
-static bool rec_insert(prof_rec_t *r) {
-    if ((rec_count + 1) * 2 > rec_idx_cap &&
-        !grow_table((void ***)&rec_idx, &rec_idx_cap, rec_slot))
-        return false;
+/* Room in the index for one more record (rec_put then cannot fail). */
+static bool rec_room(void) {
+    return (rec_count + 1) * 2 <= rec_idx_cap ||
+           grow_table((void ***)&rec_idx, &rec_idx_cap, rec_slot);
+}
+
+static void rec_put(prof_rec_t *r) {
     size_t mask = rec_idx_cap - 1, i = ptr_slot_of(r->ptr, rec_idx_cap);
     while (rec_idx[i] != NULL) i = (i + 1) & mask;
     rec_idx[i] = r;
     rec_count++;
-    return true;
 }
 
 /* Linear probing's deletion: later entries of the run move back into the
@@ -336,51 +339,48 @@ static void drop_sample(void) {
     }
 }
 
-/* Record a sample; false (nothing kept) past the bounds. */
-static bool record(void *p, void *outer, size_t size, size_t usable, const uintptr_t *pc, int n) {
-    double weight = 1.0 / sample_prob((double)size / (double)hak_opt.profile_rate);
-    hak_lock(&prof_lock);
+/* A record for a sample, the block still to come; NULL (the sample is
+ * dropped) past the bounds.  Under prof_lock. */
+static prof_rec_t *record_begin(size_t size, const uintptr_t *pc, int n) {
     prof_stack_t *s = stack_intern(pc, n);
-    prof_rec_t *r = s != NULL ? rec_new() : NULL;
-    if (r != NULL) {
-        r->ptr = p;
-        r->outer = outer;
-        r->size = size;
-        r->usable = usable;
-        r->weight = weight;
-        r->stack = s;
-        if (!rec_insert(r)) {
-            r->next_free = rec_free;
-            rec_free = r;
-            r = NULL;
-        }
-    }
-    if (r != NULL) {
-        s->alloc_count++;
-        s->alloc_bytes += size;
-    } else {
+    prof_rec_t *r = s != NULL && rec_room() ? rec_new() : NULL;
+    if (r == NULL) {
         drop_sample();
+        return NULL;
     }
-    hak_unlock(&prof_lock);
-    return r != NULL;
+    r->size = size;
+    r->weight = 1.0 / sample_prob((double)size / (double)hak_opt.profile_rate);
+    r->stack = s;
+    return r;
 }
 
-/* Take p's record out: fills *out, false if p has none. */
-static bool forget(const void *p, prof_rec_t *out) {
-    hak_lock(&prof_lock);
-    size_t i = rec_find(p);
-    if (i != SIZE_MAX) {
-        prof_rec_t *r = rec_remove_at(i);
-        *out = *r;
-        r->ptr = NULL;
-        r->next_free = rec_free;
-        rec_free = r;
-    }
-    hak_unlock(&prof_lock);
-    return i != SIZE_MAX;
+static void record_end(prof_rec_t *r, void *p) {
+    r->ptr = p;
+    rec_put(r);
+    r->stack->alloc_count++;
+    r->stack->alloc_bytes += r->size;
 }
 
 /* ---- sampled allocations ---------------------------------------------------------- */
+/* The heap that serves sampled blocks below 1 MiB: a heap of no thread,
+ * used under prof_lock, whose SuperSlabs are tagged HAK_CHUNK_PROF.  A
+ * sampled block is thus an ordinary block of its size class (alignment,
+ * usable size, the free check), only its free goes to free_cold and here.
+ * It has no rings: its blocks go straight back to their slabs. */
+static hak_heap_t *prof_heap;
+
+/* Made outside prof_lock (it takes heap_lock, which fork() takes first). */
+static hak_heap_t *profile_heap(void) {
+    hak_heap_t *h = __atomic_load_n(&prof_heap, __ATOMIC_ACQUIRE);
+    if (h != NULL) return h;
+    h = hak_heap_new_private(HAK_CHUNK_PROF);
+    hak_heap_t *none = NULL;
+    if (h != NULL && !__atomic_compare_exchange_n(&prof_heap, &none, h, false, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_ACQUIRE))
+        h = none;      /* another thread made it first (at start-up only); ours stays unused */
+    return h;
+}
+
 /* An allocation from h that the countdown does not see (sample_left is
  * INT64_MAX meanwhile). */
 static void *alloc_plain(hak_heap_t *h, size_t size) {
@@ -391,35 +391,28 @@ static void *alloc_plain(hak_heap_t *h, size_t size) {
 static _Atomic int dump_requested;
 static void dump_on_signal(void);
 
-/* A sampled request of at most 1 MiB: the block inside its outer block. */
-static HAK_ALLOC_PATH void *sample_block(hak_heap_t *h, size_t size, void *caller) {
+/* A sampled request of at most 1 MiB, served by the profiler's heap; NULL
+ * if it has no block or no room for the record (the caller then serves it
+ * as usual). */
+static HAK_ALLOC_PATH void *sample_block(size_t size, void *caller) {
     uintptr_t pc[PROF_MAX_FRAMES];
     int n = take_stack(pc, caller);
-    int cls = hak_size_class(size);
-    size_t usable = hak_class_block_size[cls];
-    bool pow2 = size >= PROF_OFFSET && (size & (size - 1)) == 0;
-    size_t off = pow2 ? size : PROF_OFFSET;
-    void *outer = NULL;
-    char *p;
-    if (off + usable <= HAK_L25_MAX) {
-        outer = alloc_plain(h, off + usable);
-        if (outer == NULL) return NULL;
-        p = (char *)outer + off;
-        ((uintptr_t *)p)[-2] = 0;
-    } else {                        /* too big for any class: a large block */
-        p = hak_large_alloc(usable, pow2 ? size : 0, false);
-        if (p == NULL) return NULL;
-        atomic_fetch_add_explicit(&hak_large_live, 1, memory_order_relaxed);
+    hak_heap_t *ph = profile_heap();
+    if (ph == NULL) return NULL;
+    unsigned cls = (unsigned)hak_size_class(size);
+    void *p = NULL;
+    hak_lock(&prof_lock);
+    prof_rec_t *r = record_begin(size, pc, n);
+    if (r != NULL) {
+        if (hak_class_take(ph, cls, &p, 1) == 1) {
+            hak_block_taken(p);
+            record_end(r, p);
+        } else {
+            rec_release(r);
+        }
     }
-    if (record(p, outer, size, outer != NULL ? usable : 0, pc, n)) return p;
-    /* No room for the record: an unsampled block after all. */
-    if (outer != NULL) {
-        hak_free(outer);
-    } else {
-        hak_large_free(p);
-        atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
-    }
-    return alloc_plain(h, size);
+    hak_unlock(&prof_lock);
+    return p;
 }
 
 /* The countdown of the thread's heap went negative on a request of `size`
@@ -431,18 +424,18 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
     int64_t left = h->sample_left;
     if (!h->prof_ready) left = heap_start(h) - (int64_t)size;
     h->sample_left = INT64_MAX;       /* nothing below is sampled */
-    void *p;
-    if (left >= 0 || !hak_profile_on) {
-        p = alloc_plain(h, size);
-    } else {
+    void *p = NULL;
+    if (left < 0 && hak_profile_on) {
         left = draw_distance(h);
-        /* (not in a heap borrowed under heap_lock: the dump may wait for
-         * the loader's lock, whose holder may wait for heap_lock) */
-        if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)) &&
-            h->state == HAK_HEAP_ACTIVE)
-            dump_on_signal();
-        p = sample_block(h, size, __builtin_return_address(0));
+        /* Not in a heap borrowed under heap_lock (hak_alloc_without_heap):
+         * prof_lock and a dump's wait for the loader's lock come after it. */
+        if (h->state == HAK_HEAP_ACTIVE) {
+            if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
+                dump_on_signal();
+            p = sample_block(size, __builtin_return_address(0));
+        }
     }
+    if (p == NULL) p = alloc_plain(h, size);
     h->sample_left = hak_profile_on ? left : INT64_MAX;
     return p;
 }
@@ -456,84 +449,73 @@ bool hak_profile_large_due(size_t size) {
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
     h->sample_left = draw_distance(h);
-    return true;
+    return h->state == HAK_HEAP_ACTIVE;
 }
 
+/* A sampled large block: its own mapping already; only a record. */
 HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
     hak_heap_t *h = hak_tls_owner;
-    int64_t left = h != NULL ? h->sample_left : 0;
-    if (h != NULL) h->sample_left = INT64_MAX;
-    if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)) &&
-        h != NULL && h->state == HAK_HEAP_ACTIVE)
+    int64_t left = h->sample_left;
+    h->sample_left = INT64_MAX;
+    if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
         dump_on_signal();
     uintptr_t pc[PROF_MAX_FRAMES];
     int n = take_stack(pc, __builtin_return_address(0));
-    record(p, NULL, size, 0, pc, n);
-    if (h != NULL) h->sample_left = left;
+    hak_lock(&prof_lock);
+    prof_rec_t *r = record_begin(size, pc, n);
+    if (r != NULL) record_end(r, p);
+    hak_unlock(&prof_lock);
+    h->sample_left = left;
+}
+
+/* Takes p's record out, if it has one.  Under prof_lock. */
+static void forget_locked(const void *p) {
+    size_t i = rec_find(p);
+    if (i != SIZE_MAX) rec_release(rec_remove_at(i));
 }
 
 void hak_profile_large_free(void *p) {
-    prof_rec_t r;
-    forget(p, &r);
+    hak_lock(&prof_lock);
+    forget_locked(p);
+    hak_unlock(&prof_lock);
 }
 
-void hak_profile_large_moved(void *from, void *to, size_t size) {
+/* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check. */
+void hak_profile_free(void *p) {
+    hak_lock(&prof_lock);
+    forget_locked(p);
+    hak_slab_t *s = hak_slab_of(p);
+    if (s->tier == HAK_TIER_L25) hak_l25_block_decommit(p, s->cls);
+    hak_tiny_free(prof_heap, s, p);      /* back to its slab; empty slabs retire */
+    hak_unlock(&prof_lock);
+}
+
+/* A large realloc moved or resized a block. */
+void hak_profile_moved(void *from, void *to, size_t size) {
     hak_lock(&prof_lock);
     size_t i = rec_find(from);
     if (i != SIZE_MAX) {
         prof_rec_t *r = rec_remove_at(i);
         r->ptr = to;
         r->size = size;
-        rec_insert(r);      /* cannot grow: one entry just left */
+        rec_put(r);         /* one entry just left: room */
     }
     hak_unlock(&prof_lock);
 }
 
+bool hak_profile_has_record(const void *p) {
+    hak_lock(&prof_lock);
+    bool found = rec_find(p) != SIZE_MAX;
+    hak_unlock(&prof_lock);
+    return found;
+}
+
+/* realloc kept a sampled block for a new size. */
 void hak_profile_resized(void *p, size_t size) {
     hak_lock(&prof_lock);
     size_t i = rec_find(p);
     if (i != SIZE_MAX) rec_idx[i]->size = size;
     hak_unlock(&prof_lock);
-}
-
-size_t hak_profile_usable(const void *p) {
-    if (!hak_profile_on) return 0;
-    hak_lock(&prof_lock);
-    size_t i = rec_find(p), u = i != SIZE_MAX ? rec_idx[i]->usable : 0;
-    hak_unlock(&prof_lock);
-    return u;
-}
-
-/* The outer block goes back like any free of it (free_cold's path), counted
- * in the statistics as the request's class. */
-static void free_outer(void *outer, size_t size) {
-    if (!hak_free_check(outer)) hak_fatal("free(): heap profile sample corrupted at", outer);
-    hak_slab_t *s = hak_slab_of(outer);
-    hak_heap_t *h = hak_tls_owner;
-    if (hak_opt.stats) {
-        int cls = hak_size_class(size);
-        hak_stats_free((unsigned)cls, hak_class_block_size[cls], s->owner != h);
-    }
-    if (s->owner != h) hak_remote_free(s, outer);
-    else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, outer);
-    else hak_pool_free(h, s->ring, outer);
-}
-
-/* From the free check's cold path: p (in a SuperSlab, no block start) is a
- * sampled block?  Then it is freed here. */
-bool hak_profile_free_sampled(void *p) {
-    prof_rec_t r;
-    if (forget(p, &r)) {
-        hak_assert(r.outer != NULL);
-        ((uintptr_t *)p)[-2] = FREED_TAG ^ hak_block_key ^ (uintptr_t)p;
-        free_outer(r.outer, r.size);
-        return true;
-    }
-    uintptr_t in_chunk = (uintptr_t)p & (HAK_CHUNK_SIZE - 1);
-    if (((uintptr_t)p & 15) == 0 && in_chunk >= 16 &&
-        ((uintptr_t *)p)[-2] == (FREED_TAG ^ hak_block_key ^ (uintptr_t)p))
-        hak_fatal("free(): double free of", p);
-    return false;
 }
 
 /* ---- dumps ----------------------------------------------------------------------- */

@@ -75,7 +75,8 @@ static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
 
 static hak_superslab_t *ss_new(hak_heap_t *h) {
     hak_superslab_t *ss = NULL;
-    if (__atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
+    /* (the cache holds HAK_CHUNK_SS chunks: not for the profiler's heap) */
+    if (h->chunk_kind == 0 && __atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
         hak_lock(&ss_cache_lock);
         ss = ss_cache;
         if (ss != NULL) {
@@ -88,7 +89,8 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
         memset(ss, 0, sizeof *ss);
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
-        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE, HAK_CHUNK_SS);
+        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE,
+                               h->chunk_kind ? h->chunk_kind : HAK_CHUNK_SS);
         if (ss == NULL) return NULL;
     }
     ss->magic = HAK_SS_MAGIC;
@@ -106,7 +108,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     ss->owner = NULL;
     ss_set_state(ss, hak_ss_state(ss), HAK_SS_FREE);
     hak_lock(&ss_cache_lock);
-    if (ss_cache_count < SS_CACHE_MAX) {
+    if (ss_cache_count < SS_CACHE_MAX && h->chunk_kind == 0) {
         size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
         hak_os_decommit((char *)ss + keep, HAK_CHUNK_SIZE - keep);
         ss->next = ss_cache;

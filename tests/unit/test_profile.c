@@ -304,11 +304,6 @@ static void test_pprof(void **state)
 }
 
 /* ---- sampled blocks are ordinary blocks ------------------------------------------ */
-/* A block of an L2.5 class starts at a multiple of 64 KiB from its slab,
- * which starts on a 64 KiB page: a sampled one (32 bytes into a block of
- * the next class; docs/PROFILING.md) is told apart by its address. */
-static bool sampled_l25(const void *p) { return ((uintptr_t)p & 0xffff) == 32; }
-
 static void test_sampled_blocks(void **state)
 {
     (void)state;
@@ -329,7 +324,7 @@ static void test_sampled_blocks(void **state)
         assert_int_equal(u, hak_class_size(hak_size_class(n)));
         assert_int_equal(hak_tier_of(p[i]), HAK_TIER_L25);
         pat_fill(p[i], n, (uint64_t)i);
-        sampled += sampled_l25(p[i]);
+        sampled += hak_profile_sampled(p[i]);
     }
     print_message("%d of %d blocks of 256 KiB were sampled\n", sampled, N);
     assert_true(sampled > 0);
@@ -341,14 +336,21 @@ static void test_sampled_blocks(void **state)
         HAK_STD(free)(q);
     }
     /* power-of-two requests through the memalign family keep their alignment */
+    sampled = 0;
     for (int i = 0; i < N; i++) {
         size_t align = (size_t)1 << (4 + i % 17);
         void *q = HAK_STD(aligned_alloc)(align, align);
         assert_non_null(q);
         if ((uintptr_t)q % align != 0) fail_msg("aligned_alloc(%zu) = %p", align, q);
+        sampled += hak_profile_sampled(q);
         p[i] = q;
     }
+    assert_true(sampled > 0);
     free_all(p, N);
+    /* a large block, sampled or not, is told apart too */
+    void *big = HAK_STD(malloc)(64 * MiB);
+    assert_true(hak_profile_sampled(big));      /* P(not sampled) = exp(-128) */
+    HAK_STD(free)(big);
 }
 
 /* A second free of a sampled block stops the process, named a double free. */
@@ -357,14 +359,16 @@ static void test_sampled_double_free(void **state)
     (void)state;
     char log[320];
     path_in_dir(log, sizeof log, "double_free.txt");
+    fflush(NULL);              /* no buffered output twice */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
+        signal(SIGABRT, SIG_DFL);             /* not cmocka's handler */
         for (int i = 0; i < 400; i++) {      /* until one of them is sampled */
             void *volatile q = HAK_STD(malloc)(500 * KiB);
-            bool sampled = sampled_l25(q);
+            bool sampled = hak_profile_sampled(q);
             HAK_STD(free)(q);
             if (sampled) HAK_STD(free)(q);         /* the double free */
         }
@@ -386,6 +390,7 @@ static void test_leak_report(void **state)
     (void)state;
     char log[320];
     path_in_dir(log, sizeof log, "leaks.txt");
+    fflush(NULL);              /* no buffered output twice */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -525,6 +530,7 @@ static void test_fork(void **state)
     size_t *sz = draw_sizes(&rng, 64 * KiB, 512 * KiB, 64 * MiB, &n, &bytes);
     void **mine = malloc(n * sizeof *mine);
     site_parent(mine, sz, n);
+    fflush(NULL);              /* no buffered output twice */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
