@@ -36,6 +36,7 @@ typedef struct {
 } option_t;
 
 static const char *const lookup_kinds[] = { "flat", "radix", NULL };
+static const char *const unwinders[] = { "libunwind", "libgcc", NULL };
 
 static const option_t options[] = {
     { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
@@ -64,6 +65,9 @@ static const option_t options[] = {
       "signal number that writes a numbered heap profile (0: none)", NULL, NULL },
     { "HAKMEM_PROFILE_LEAKS", &hak_opt.profile_leaks, 0, 0, 1,
       "1: sample allocations and report the sampled blocks never freed at exit (stderr)", NULL, NULL },
+    { "HAKMEM_PROFILE_UNWINDER", &hak_opt.profile_unwinder, HAK_UNWIND_LIBUNWIND, 0, 1,
+      "what walks a sampled allocation's stack: libunwind (libunwind.so.8, else libgcc) or libgcc",
+      unwinders, NULL },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 

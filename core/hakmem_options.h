@@ -4,6 +4,7 @@
 #define HAKMEM_OPTIONS_H
 
 enum { HAK_LOOKUP_FLAT = 0, HAK_LOOKUP_RADIX = 1 };
+enum { HAK_UNWIND_LIBUNWIND = 0, HAK_UNWIND_LIBGCC = 1 };
 
 typedef struct {
     int verbose;            /* HAKMEM_VERBOSE: print the settings at start-up   */
@@ -18,6 +19,7 @@ typedef struct {
     int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
     int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */
     int profile_leaks;      /* HAKMEM_PROFILE_LEAKS: leak report at exit        */
+    int profile_unwinder;   /* HAKMEM_PROFILE_UNWINDER: HAK_UNWIND_*            */
 } hak_options_t;
 
 extern hak_options_t hak_opt;

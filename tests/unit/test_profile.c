@@ -507,7 +507,8 @@ static void test_threads(void **state)
     prof_t pr;
     parse_profile(path, sites, 2, &pr);
     print_message("site_churn: %.1f MiB estimated in use (all freed); site_keep: %.1f MiB "
-                  "(true %.1f MiB)\n", pr.bytes[0] / MiB, pr.bytes[1] / MiB, (double)kept / MiB);
+                  "(true %.1f MiB); elsewhere %.1f MiB\n", pr.bytes[0] / MiB, pr.bytes[1] / MiB,
+                  (double)kept / MiB, pr.other / MiB);
     if (pr.bytes[0] != 0) fail_msg("freed blocks of site_churn still in the profile");
     double err = pr.bytes[1] / (double)kept - 1;
     if (err > 0.25 || err < -0.25) fail_msg("site_keep estimate %+.1f %% off", 100 * err);
