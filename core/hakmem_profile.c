@@ -67,15 +67,20 @@ bool hak_profile_on;
                                                  mappings of this size     */
 
 /* ---- numbers: no libm ------------------------------------------------------ */
-/* -ln(u) for 0 < u <= 1: u = m * 2^e with m in [1, 2), ln m = 2 atanh(t),
- * t = (m - 1) / (m + 1) < 1/3, whose series is exact to 1e-12 in 11 terms. */
+/* -ln(u) for 0 < u <= 1: u = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+ * ln m = 2 atanh(t), t = (m - 1) / (m + 1), |t| < 0.172, whose series to
+ * t^11 is exact to 1e-11. */
 static double neg_log(double u) {
     union { double d; uint64_t b; } v = { u };
     int e = (int)((v.b >> 52) & 0x7ff) - 1023;
     v.b = (v.b & ~(0x7ffULL << 52)) | (1023ULL << 52);
-    double t = (v.d - 1.0) / (v.d + 1.0), t2 = t * t, term = t, sum = 0;
-    for (int k = 1; k <= 21; k += 2, term *= t2) sum += term / k;
-    return -(e * 0.69314718055994530942 + 2.0 * sum);
+    if (v.d > 1.4142135623730951) {
+        v.d *= 0.5;
+        e++;
+    }
+    double t = (v.d - 1.0) / (v.d + 1.0), t2 = t * t;
+    double s = t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 * (1.0 / 9 + t2 / 11)))));
+    return -(e * 0.69314718055994530942 + 2.0 * s);
 }
 
 /* 1 - exp(-x) for x >= 0 (the probability of sampling x / rate). */
@@ -190,7 +195,8 @@ typedef struct prof_stack {
 typedef struct prof_rec {
     void *ptr;                        /* the program's pointer          */
     size_t size;                      /* bytes requested (now)          */
-    double weight;                    /* 1 / P(sampled) of the request  */
+    size_t sampled;                   /* bytes requested when sampled:
+                                         its weight is 1 / p(sampled)   */
     prof_stack_t *stack;
     struct prof_rec *next_free;
 } prof_rec_t;
@@ -369,7 +375,7 @@ static prof_rec_t *record_begin(size_t size, const uintptr_t *pc, int n) {
         return NULL;
     }
     r->size = size;
-    r->weight = 1.0 / sample_prob((double)size / (double)hak_opt.profile_rate);
+    r->sampled = size;
     r->stack = s;
     return r;
 }
@@ -539,7 +545,7 @@ void hak_profile_resized(void *p, size_t size) {
 }
 
 /* ---- dumps ----------------------------------------------------------------------- */
-typedef struct { prof_stack_t *stack; size_t size; double weight; } snap_rec_t;
+typedef struct { prof_stack_t *stack; size_t size, sampled; } snap_rec_t;
 typedef struct { prof_stack_t *stack; uint64_t count, bytes; } snap_stack_t;
 
 typedef struct {
@@ -568,7 +574,7 @@ static bool snapshot_take(snapshot_t *sn) {
     for (size_t i = 0; i < rec_idx_cap; i++) {
         prof_rec_t *r = rec_idx[i];
         if (r == NULL) continue;
-        sn->rec[sn->nrec++] = (snap_rec_t){ r->stack, r->size, r->weight };
+        sn->rec[sn->nrec++] = (snap_rec_t){ r->stack, r->size, r->sampled };
     }
     sn->stk = (snap_stack_t *)(m + rec_count * sizeof(snap_rec_t));
     for (prof_stack_t *s = stack_all; s != NULL; s = s->all_next)
@@ -718,8 +724,9 @@ static size_t sites_of(snapshot_t *sn, site_t *out) {
     for (size_t i = 0; i < sn->nrec; i++) {
         if (n == 0 || out[n - 1].stack != sn->rec[i].stack)
             out[n++] = (site_t){ sn->rec[i].stack, 0, 0, 0 };
-        out[n - 1].bytes += (double)sn->rec[i].size * sn->rec[i].weight;
-        out[n - 1].blocks += sn->rec[i].weight;
+        double w = 1.0 / sample_prob((double)sn->rec[i].sampled / (double)hak_opt.profile_rate);
+        out[n - 1].bytes += (double)sn->rec[i].size * w;
+        out[n - 1].blocks += w;
         out[n - 1].samples++;
     }
     return n;

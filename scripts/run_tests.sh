@@ -112,6 +112,17 @@ MATRIX_SETTINGS=(
     HAKMEM_TINY_C2_LOCAL_CACHE=1
     HAKMEM_MID_INUSE_DEFERRED=1
     HAKMEM_SS_LOOKUP_KIND=radix
+    # The heap profiler: sampled blocks (the profiler's own heap) in every
+    # test; at rate 4096 most blocks above 4 KiB are sampled (the end of the
+    # range, 1, samples every allocation and makes the stress tests take
+    # hours); the leak report at every exit; libgcc's unwinder; the signal
+    # handler installed (test_profile sends the signal).  Profiles go to
+    # $LOGDIR, removed at the end.
+    "HAKMEM_PROFILE=$LOGDIR/prof.%p"
+    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_RATE=4096"
+    HAKMEM_PROFILE_LEAKS=1
+    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_UNWINDER=libgcc"
+    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_SIGNAL=12"
 )
 if [ "${MATRIX:-1}" != 0 ]; then
     for setting in "${MATRIX_SETTINGS[@]}"; do
