@@ -126,21 +126,41 @@ static int64_t heap_start(hak_heap_t *h) {
 
 /* ---- the stack walk -----------------------------------------------------------
  * Two unwinders, both read from the programs' DWARF call frame information
- * (no frame pointers needed), both loaded with dlopen at start-up:
- *   libunwind's unw_backtrace (libunwind.so.8): caches what it learns of
- *     each return address, so a stack it has seen costs about 50
- *     instructions a frame;
+ * (no frame pointers needed), both loaded with dlopen at start-up
+ * (callgrind figures, a stack of about 9 frames):
+ *   libunwind (libunwind.so.8): unw_backtrace caches, per thread, what it
+ *     learns of each return address: about 80 instructions a frame, but
+ *     the cache costs a new thread about 90,000 instructions and 384 KiB
+ *     the first time; stepping with unw_step costs about 500 a frame and
+ *     nothing per thread.  So a thread steps for its first FAST_AFTER
+ *     samples and uses unw_backtrace from then on: threads that come and
+ *     go (a server's workers, Larson) never pay for a cache they would
+ *     hardly use;
  *   libgcc's _Unwind_Backtrace (libgcc_s.so.1, present wherever glibc is):
- *     reads the tables again each time, about 2000 instructions a frame
- *     (measured with callgrind on bench_random_mixed: 14,000 a sample).
+ *     reads the tables again each time, about 2000 instructions a frame.
  * HAKMEM_PROFILE_UNWINDER picks; libunwind falls back to libgcc when
  * libunwind.so.8 cannot be loaded. */
 typedef _Unwind_Reason_Code (*uw_backtrace_fn)(_Unwind_Trace_Fn, void *);
 typedef _Unwind_Ptr (*uw_get_ip_fn)(struct _Unwind_Context *);
-typedef int (*unw_backtrace_fn)(void **, int);
 static uw_backtrace_fn uw_backtrace;
 static uw_get_ip_fn uw_get_ip;
-static unw_backtrace_fn unw_backtrace_p;
+
+/* libunwind, through its exported names (no libunwind.h needed: its
+ * context and cursor are opaque buffers, larger than x86-64's 968 and
+ * 1016 bytes). */
+#define FAST_AFTER 64
+#define UNW_IP_REG 16                  /* UNW_X86_64_RIP */
+typedef struct { _Alignas(16) char b[1024]; } unw_ctx_buf_t;
+typedef struct { _Alignas(16) char b[1280]; } unw_cursor_buf_t;
+static struct {
+    int (*backtrace)(void **, int);
+    int (*getcontext)(unw_ctx_buf_t *);
+    int (*init_local)(unw_cursor_buf_t *, unw_ctx_buf_t *);
+    int (*step)(unw_cursor_buf_t *);
+    int (*get_reg)(unw_cursor_buf_t *, int, uint64_t *);
+} unw;
+static bool unw_ready;
+static __thread unsigned tls_samples;  /* stacks this thread has taken */
 
 extern const char __start_hakmem_alloc_text[] HAK_INTERNAL;
 extern const char __stop_hakmem_alloc_text[] HAK_INTERNAL;
@@ -161,16 +181,29 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
     return w->n == PROF_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-/* The caller's stack, innermost first, hakmem's frames left out (this
- * function is in that section too); `caller` stands in for it until the
- * unwinder is loaded. */
-static HAK_NOINLINE HAK_ALLOC_PATH int take_stack(uintptr_t *pc, void *caller) {
-    unw_backtrace_fn unw = __atomic_load_n(&unw_backtrace_p, __ATOMIC_ACQUIRE);
-    if (unw != NULL) {
-        void *raw[PROF_MAX_FRAMES + 8];
-        int got = unw(raw, PROF_MAX_FRAMES + 8), first = 0, n = 0;
-        while (first < got && in_alloc_path((uintptr_t)raw[first])) first++;
-        while (first < got && n < PROF_MAX_FRAMES) pc[n++] = (uintptr_t)raw[first++];
+/* The caller's stack, innermost first, hakmem's frames left out; `caller`
+ * stands in for it until the unwinder is loaded.  Inlined into the
+ * sampling functions: each frame of hakmem's costs a step of the walk. */
+static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void *caller) {
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
+        int n = 0;
+        if (tls_samples++ >= FAST_AFTER) {
+            void *raw[PROF_MAX_FRAMES + 8];
+            int got = unw.backtrace(raw, PROF_MAX_FRAMES + 8), first = 0;
+            while (first < got && in_alloc_path((uintptr_t)raw[first])) first++;
+            while (first < got && n < PROF_MAX_FRAMES) pc[n++] = (uintptr_t)raw[first++];
+        } else {
+            unw_ctx_buf_t ctx;
+            unw_cursor_buf_t cur;
+            uint64_t ip;
+            if (unw.getcontext(&ctx) == 0 && unw.init_local(&cur, &ctx) == 0) {
+                do {
+                    if (unw.get_reg(&cur, UNW_IP_REG, &ip) != 0 || ip == 0) break;
+                    if (n == 0 && in_alloc_path((uintptr_t)ip)) continue;   /* hakmem's own */
+                    pc[n++] = (uintptr_t)ip;
+                } while (n < PROF_MAX_FRAMES && unw.step(&cur) > 0);
+            }
+        }
         if (n > 0) return n;
     }
     uw_backtrace_fn bt = __atomic_load_n(&uw_backtrace, __ATOMIC_ACQUIRE);
@@ -420,7 +453,7 @@ static void dump_on_signal(void);
 /* A sampled request of at most 1 MiB, served by the profiler's heap; NULL
  * if it has no block or no room for the record (the caller then serves it
  * as usual). */
-static HAK_ALLOC_PATH void *sample_block(size_t size, void *caller) {
+static inline __attribute__((always_inline)) void *sample_block(size_t size, void *caller) {
     uintptr_t pc[PROF_MAX_FRAMES];
     int n = take_stack(pc, caller);
     hak_heap_t *ph = profile_heap();
@@ -938,9 +971,15 @@ __attribute__((constructor)) static void profile_start(void) {
      * which must not take the place of glibc's and libgcc's */
     void *lib = hak_opt.profile_unwinder == HAK_UNWIND_LIBUNWIND
                     ? dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : NULL;
-    unw_backtrace_fn unw = lib != NULL ? (unw_backtrace_fn)dlsym(lib, "unw_backtrace") : NULL;
-    if (unw != NULL) {
-        __atomic_store_n(&unw_backtrace_p, unw, __ATOMIC_RELEASE);
+    if (lib != NULL) {
+        *(void **)&unw.backtrace = dlsym(lib, "unw_backtrace");
+        *(void **)&unw.getcontext = dlsym(lib, "_Ux86_64_getcontext");
+        *(void **)&unw.init_local = dlsym(lib, "_ULx86_64_init_local");
+        *(void **)&unw.step = dlsym(lib, "_ULx86_64_step");
+        *(void **)&unw.get_reg = dlsym(lib, "_ULx86_64_get_reg");
+    }
+    if (unw.backtrace && unw.getcontext && unw.init_local && unw.step && unw.get_reg) {
+        __atomic_store_n(&unw_ready, true, __ATOMIC_RELEASE);
     } else if ((lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) != NULL) {
         uw_get_ip = (uw_get_ip_fn)dlsym(lib, "_Unwind_GetIP");
         uw_backtrace_fn bt = (uw_backtrace_fn)dlsym(lib, "_Unwind_Backtrace");
