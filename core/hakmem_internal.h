@@ -78,10 +78,11 @@
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
-/* The functions a sampled allocation passes through inside hakmem: their
- * own section, so the heap profiler drops their frames from a stack by
- * address (hak_alloc_text_start..end, hakmem_profile.c).  (A function with
- * a section of its own is also never split into hot and cold parts.) */
+/* The functions a sampled allocation passes through inside hakmem (the
+ * inline fast paths too, for builds that do not inline them): their own
+ * section, so the heap profiler drops their frames from a stack by address
+ * (hakmem_profile.c).  (A function with a section of its own is also never
+ * split into hot and cold parts.) */
 #define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
 
 #ifdef HAK_DEBUG

@@ -13,7 +13,7 @@ static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
 }
 
 /* size: the request, for the profiler's countdown. */
-static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
+static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     uint32_t n = r->count;      /* read once: the countdown's asm writes memory */
     if (hak_likely(n != 0)) {

@@ -8,7 +8,7 @@
 #include "box/size_class_box.h"
 #include "box/profile_box.h"
 
-static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
+static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
     hak_slab_t *s = h->queue_head[cls];
     hak_block_t *b = s->free;
