@@ -297,6 +297,7 @@ int hak_profile_sampled(const void *p) {
 int hak_trim(size_t pad) {
     (void)pad;
     bool any = hak_heap_trim();
+    any |= hak_profile_trim();
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
     return any ? 1 : 0;

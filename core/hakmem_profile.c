@@ -569,6 +569,16 @@ bool hak_profile_has_record(const void *p) {
     return found;
 }
 
+/* malloc_trim: the free pages of the profiler's heap go back too. */
+bool hak_profile_trim(void) {
+    hak_heap_t *ph = __atomic_load_n(&prof_heap, __ATOMIC_ACQUIRE);
+    if (ph == NULL) return false;
+    hak_lock(&prof_lock);
+    bool any = hak_ss_purge_heap(ph);
+    hak_unlock(&prof_lock);
+    return any;
+}
+
 /* realloc kept a sampled block for a new size. */
 void hak_profile_resized(void *p, size_t size) {
     hak_lock(&prof_lock);
