@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -149,6 +150,7 @@ static uw_get_ip_fn uw_get_ip;
  * context and cursor are opaque buffers, larger than x86-64's 968 and
  * 1016 bytes). */
 #define FAST_AFTER 64
+#define HIGH_FD_FLOOR 512              /* where libunwind's pipe goes */
 #define UNW_IP_REG 16                  /* UNW_X86_64_RIP */
 typedef struct { _Alignas(16) char b[1024]; } unw_ctx_buf_t;
 typedef struct { _Alignas(16) char b[1280]; } unw_cursor_buf_t;
@@ -995,8 +997,25 @@ __attribute__((constructor)) static void profile_start(void) {
         uw_backtrace_fn bt = (uw_backtrace_fn)dlsym(lib, "_Unwind_Backtrace");
         if (uw_get_ip != NULL && bt != NULL) __atomic_store_n(&uw_backtrace, bt, __ATOMIC_RELEASE);
     }
+    /* libunwind opens a pipe on its first use (it checks the addresses it
+     * reads by writing them to it) and keeps it open: while it does, the
+     * low descriptors are taken, so the pipe lands above the ones programs
+     * use and count on (the first open() of the program still gets 3). */
+    int filler[HIGH_FD_FLOOR];
+    int nfill = 0;
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
+        struct rlimit rl;
+        int floor = HIGH_FD_FLOOR;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)floor + 64)
+            floor = rl.rlim_cur > 128 ? (int)rl.rlim_cur - 64 : 0;
+        for (int fd; nfill < floor && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+            filler[nfill++] = fd;
+            if (fd >= floor) break;
+        }
+    }
     uintptr_t pc[PROF_MAX_FRAMES];
     take_stack(pc, NULL);             /* an unwinder's first use may allocate */
+    while (nfill > 0) close(filler[--nfill]);
     int sig = hak_opt.profile_signal;
     if (sig != 0 && hak_opt.profile[0] != '\0') {
         struct sigaction sa;
