@@ -30,9 +30,9 @@
  * generations of threads, divided by the time.  (A replacement is one free
  * and one malloc; this counts it once.)
  *
- * After the clock has stopped, main waits until every chain thread has
- * exited (the process's thread count, /proc/self/status, is back to 1),
- * then checks and frees every block.  The two bytes written into each block
+ * After the clock has stopped, main waits until the last threads of every
+ * chain have exited (/proc/self/task/TID is gone), then checks and frees
+ * every block.  The two bytes written into each block
  * are checked before it is freed; a mismatch is reported as heap corruption.
  *
  * The single stdout line is
@@ -43,11 +43,11 @@
  * Exit status: 0 ok, 1 allocation/thread failure or detected heap
  * corruption, 2 bad arguments. */
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 
 #define PROG          "larson"
 #include "bench_common.h"
@@ -69,6 +69,7 @@ struct chain {
     uint64_t rng;
     uint64_t allocs;           /* by every generation so far */
     uint64_t generations;      /* threads that ran this chain */
+    pid_t last_tid, pred_tid;  /* kernel ids of the chain's last two threads */
     unsigned index;
     sem_t done;                /* posted once, by the thread that saw the stop */
     char pad[64];
@@ -127,8 +128,14 @@ static inline uint32_t random_size(uint64_t r)
     return (uint32_t)(g_min + below(r, g_max - g_min));
 }
 
+static pid_t my_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
 static void chain_done(struct chain *c)
 {
+    c->last_tid = my_tid();
     sem_post(&c->done);
 }
 
@@ -176,6 +183,7 @@ static void *chain_thread(void *arg)
     /* Hand the chain to a new thread and exit without waiting for it.  The
      * thread limit can be reached for a moment while exited threads are
      * still being torn down: retry then. */
+    c->pred_tid = my_tid();
     pthread_t next;
     int rc, tries = 0;
     while ((rc = pthread_create(&next, &g_detached, chain_thread, c)) == EAGAIN && tries++ < 10000)
@@ -194,35 +202,32 @@ static void sleep_sec(uint64_t secs)
         ;
 }
 
-/* Threads of this process, from /proc/self/status (0 when unreadable).
- * open/read only: nothing here allocates. */
-static unsigned thread_count(void)
+/* Has the thread with kernel id tid exited?  /proc/self/task/TID goes away
+ * when it has. */
+static int tid_gone(pid_t tid)
 {
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *t = strstr(buf, "\nThreads:");
-    return t ? (unsigned)strtoul(t + 9, NULL, 10) : 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld", (long)tid);
+    return tid <= 0 || access(path, F_OK) != 0;
 }
 
-/* Wait (up to 30 s) until main is the only thread left: the last thread of
- * each chain may still be exiting after it has posted `done`. */
-static void wait_for_exits(void)
+/* Wait (up to 10 s) until the last two threads of every chain have exited:
+ * they may still be running their exit path (the allocator's thread-exit
+ * work among it) after `done` was posted.  Earlier generations exited
+ * long before.  Nobody joins them: they are detached. */
+static void wait_for_exits(const struct chain *chains, unsigned n)
 {
-    for (int ms = 0; ms < 30000; ms++) {
-        unsigned t = thread_count();
-        if (t <= 1)
-            return;
-        struct timespec ts = { 0, 1000000 };
-        nanosleep(&ts, NULL);
+    for (unsigned t = 0; t < n; t++) {
+        for (int ms = 0; !(tid_gone(chains[t].last_tid) && tid_gone(chains[t].pred_tid)); ms++) {
+            if (ms == 10000) {
+                fprintf(stderr, PROG ": warning: chain %u's last threads are still alive"
+                        " 10 s after the stop\n", t);
+                return;
+            }
+            struct timespec ts = { 0, 1000000 };
+            nanosleep(&ts, NULL);
+        }
     }
-    fprintf(stderr, PROG ": warning: chain threads still alive 30 s after the stop\n");
 }
 
 int main(int argc, char **argv)
@@ -332,7 +337,7 @@ int main(int argc, char **argv)
     double t1 = now_sec();
     struct bench_faults df = faults_since(f0);
 
-    wait_for_exits();
+    wait_for_exits(chains, n);
 
     uint64_t allocs = 0, generations = 0;
     for (unsigned t = 0; t < n; t++) {
