@@ -2,14 +2,14 @@
  *
  * test_fork_from_main    4 threads malloc/free/realloc continuously (passing
  *                        blocks to each other through shared slots) while the
- *                        main thread forks 8 times (x STRESS_SCALE).  Each child checks the
+ *                        main thread forks 6 times (x STRESS_SCALE).  Each child checks the
  *                        blocks it inherited, frees them (including blocks
  *                        owned by threads that do not exist in the child),
  *                        allocates over every tier, runs a thread that
  *                        allocates too, and _exit(0)s.  An alarm turns a
  *                        deadlock (a lock held across fork) into a failure.
  * test_fork_from_worker  the same, with the fork done by one of the busy
- *                        threads rather than the main thread (4 times x
+ *                        threads rather than the main thread (3 times x
  *                        STRESS_SCALE).
  *
  * A fork costs about a second of CPU, most of it in the kernel: every page
@@ -30,13 +30,15 @@
 #include "stress_common.h"
 
 #define FORK_WORKERS      4
-#define FORK_ROUNDS       ((int)st_scaled(8, 2))    /* forks from the main thread */
-#define WORKER_FORKS      ((int)st_scaled(4, 2))    /* forks from a busy thread   */
+#define FORK_ROUNDS       ((int)st_scaled(6, 2))    /* forks from the main thread */
+#define WORKER_FORKS      ((int)st_scaled(3, 2))    /* forks from a busy thread   */
 #define SHARED_SLOTS      64
 #define WORKER_SLOTS      32
 #define INHERIT_BLOCKS    64
 #define CHILD_OPS         600
-#define CHILD_TIMEOUT_S   20
+/* A deadlock, not a slow child: generous, since the tests run two at a time
+ * on machines that may be busy with other work. */
+#define CHILD_TIMEOUT_S   60
 /* The busy threads keep ~100 blocks live; stop early past this RSS growth. */
 #define FORK_RSS_SLACK    ((size_t)2 << 30)
 

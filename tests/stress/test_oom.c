@@ -74,7 +74,7 @@
 
 #define MiB               ((size_t)1 << 20)
 #define OOM_HEADROOM      ((size_t)64 * MiB)
-#define CHILD_ALARM_S     30
+#define CHILD_ALARM_S     120   /* a hang; generous for a busy machine */
 #define THREADS           96
 #define THREAD_STACK      ((size_t)128 * 1024)
 /* posix_memalign's *out before the call, and errno around it. */
