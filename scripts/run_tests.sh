@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the test binaries over the gate matrix, two at a time, then the real
-# programs; ends with "N passed, N failed (elapsed XmYYs)".
+# Run the test binaries over the gate matrix, two at a time, beside the real
+# programs and the hardened checks; ends with "N passed, N failed (elapsed
+# XmYYs)".
 #
 #   scripts/run_tests.sh           what `make test` runs: every row of the gate
 #                                  matrix below with its tests, STRESS_SCALE=1
@@ -17,22 +18,23 @@
 # seconds (default 300 x STRESS_SCALE, at least 300); a binary that crashes or
 # times out counts as failed.  The cmocka counts of each binary are summed
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"); every app of
-# scripts/run_apps.sh ./libhakmem.so counts as one test, and so does every
-# check of scripts/run_hardened_tests.sh (the misuse cases and the apps under
-# libhakmem_hardened.so).
+# scripts/run_apps.sh ./libhakmem.so ./libhakmem_hardened.so counts as one
+# test per library, and so does every misuse case of
+# scripts/run_hardened_tests.sh.
 #
-# TEST_JOBS binaries run at once (default: the number of CPUs); each one's
-# output goes to its own log, and the entries are printed in the order of the
-# matrix, whatever order they finish in, with the wall and CPU seconds of each.
-# The apps run as two more jobs beside the binaries.  A failed entry prints the
-# end of its log.
+# TEST_JOBS jobs run at once (default: the number of CPUs): the apps and the
+# misuse cases first, then the rows' binaries, each with its own log.  The
+# entries are printed in that order, whatever order they finish in, with
+# the wall and CPU seconds of each, and the CPU seconds of every row at the
+# end.  A failed entry prints the end of its log.
 #
-# STRESS_SCALE (stress/stress_common.h) sizes the stress tests; a value in the
-# environment wins over the mode's.  MATRIX=0 runs only the first row (no
-# setting).  MATRIX_ROWS=REGEX runs only the rows whose build and setting
-# match (e.g. MATRIX_ROWS=PURGE, MATRIX_ROWS='^hardened').  TEST_START=EPOCH
-# (set by `make test`) is when the elapsed time starts.  HAKMEM_* settings of
-# the caller's environment are dropped: each row says what it sets.
+# STRESS_SCALE (tests/stress/stress_common.h) sizes the stress tests; a value
+# in the environment wins over the mode's.  MATRIX=0 runs only the first row
+# (no setting).  MATRIX_ROWS=REGEX runs only the rows whose build and setting
+# match (e.g. MATRIX_ROWS=PURGE, MATRIX_ROWS='^hardened'), without the apps.
+# TEST_START=EPOCH (set by `make test`) is when the elapsed time starts.
+# HAKMEM_* settings of the caller's environment are dropped: each row says
+# what it sets.
 #
 # The matrix is checked before anything runs: every option of the options
 # table (the { "HAKMEM_...", &hak_opt... } rows of core/hakmem_options.c) must
@@ -198,16 +200,19 @@ add_job() {   # NAME KIND BIN ENV ROW
 
 # The real programs first: they run on one CPU for a minute or two, beside
 # the test binaries; one reference run of each app serves both libraries.
+# MATRIX_ROWS leaves them out.
 APP_ROW=${#ROW_LABEL[@]}
 ROW_LABEL+=("apps"); ROW_CPU+=(0)
 APP_LIBS="./libhakmem.so ./libhakmem_hardened.so"
 [ "$MODE" = quick ] && APP_LIBS="./libhakmem.so"
-if [ -x scripts/run_apps.sh ]; then
+if [ -n "${MATRIX_ROWS:-}" ]; then
+    :
+elif [ -x scripts/run_apps.sh ]; then
     add_job "apps ($APP_LIBS)" apps scripts/run_apps.sh "$APP_LIBS" "$APP_ROW"
 else
     fail_setup "apps (scripts/run_apps.sh missing)"
 fi
-if [ "$MODE" != quick ]; then
+if [ "$MODE" != quick ] && [ -z "${MATRIX_ROWS:-}" ]; then
     if [ -x scripts/run_hardened_tests.sh ]; then
         add_job "hardened checks (misuse cases)" hardened scripts/run_hardened_tests.sh "HARDENED_APPS=0" "$APP_ROW"
     else
