@@ -73,7 +73,16 @@ done
 
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/hakmem-tests.XXXXXX")" || { echo "run_tests: mktemp failed" >&2; exit 1; }
 trap 'rm -rf "$LOGDIR"' EXIT
-trap 'exit 130' INT TERM
+# Interrupted: stop the running jobs (each job's shell and what it started:
+# timeout passes the signal on to its test).
+stop_jobs() {
+    local p
+    for p in $(jobs -p); do
+        pkill -TERM -P "$p" 2>/dev/null
+        kill -TERM "$p" 2>/dev/null
+    done
+}
+trap 'stop_jobs; exit 130' INT TERM
 
 TOTAL_PASS=0
 TOTAL_FAIL=0
