@@ -1,18 +1,18 @@
 /* Threads that exit with blocks still out.
  *
  * test_exit_blocks_freed_later
- *     Waves of 8 threads allocate blocks over Tiny/L2/L2.5, free some and
- *     leave the rest in a table, and exit.  The next wave starts at once (and
- *     adopts the abandoned heaps) while the main thread and a long-lived freer
- *     thread check and free the previous wave's blocks: remote frees into
- *     heaps that are being adopted.  Contents must stay intact and the number
+ *     8 waves (x STRESS_SCALE) of 8 threads allocate blocks over
+ *     Tiny/L2/L2.5, free some and leave the rest in a table, and exit.  The
+ *     next wave starts at once (and adopts the abandoned heaps) while the
+ *     main thread and a long-lived freer thread check and free the previous
+ *     wave's blocks: remote frees into heaps that are being adopted.  Contents must stay intact and the number
  *     of heaps must stay at one wave's worth.
  *
  * test_exit_sequential_heaps
- *     2000 short threads one after the other, each leaving blocks that the
- *     main thread frees later: each adopts the heap its predecessor left, so
- *     no more than a handful of heaps ever exist.  Then 125 waves of 8
- *     concurrent threads: at most 8 more.
+ *     250 short threads (x STRESS_SCALE) one after the other, each leaving
+ *     blocks that the main thread frees later: each adopts the heap its
+ *     predecessor left, so no more than a handful of heaps ever exist.  Then
+ *     16 waves (x STRESS_SCALE) of 8 concurrent threads: at most 8 more.
  *
  * test_exit_memory_swept_by_running_thread
  *     4 threads allocate 32 MiB each, hand every block to the main thread and
@@ -58,7 +58,7 @@ static void print_info(const char *when)
 }
 
 /* ==== waves that leave blocks behind ===================================== */
-#define WAVES        40
+#define WAVES        ((int)st_scaled(8, 3))
 #define WAVE_THREADS 8
 #define WAVE_BLOCKS  400
 
@@ -156,10 +156,10 @@ static void test_exit_blocks_freed_later(void **state)
 }
 
 /* ==== thousands of threads, one after the other ========================= */
-#define SEQ_THREADS   2000
+#define SEQ_THREADS   ((int)st_scaled(250, 2 * SEQ_LAG))
 #define SEQ_BLOCKS    12
 #define SEQ_LAG       4       /* main frees a thread's blocks 4 threads later */
-#define SEQ_WAVES     125
+#define SEQ_WAVES     ((int)st_scaled(16, 4))
 
 static item_t seq_tab[SEQ_LAG][SEQ_BLOCKS];
 static item_t seq_wave_tab[8][SEQ_BLOCKS];   /* thread n >= SEQ_THREADS: row n % 8 */
@@ -169,7 +169,7 @@ static void *seq_thread(void *arg)
     uint64_t n = (uint64_t)(uintptr_t)arg;
     st_rng r;
     st_rng_seed(&r, stress_seed() * 7919 + n);
-    item_t *tab = n < SEQ_THREADS ? seq_tab[n % SEQ_LAG] : seq_wave_tab[n % 8];
+    item_t *tab = n < (uint64_t)SEQ_THREADS ? seq_tab[n % SEQ_LAG] : seq_wave_tab[n % 8];
     item_t scratch[SEQ_BLOCKS];
     for (int i = 0; i < SEQ_BLOCKS; i++) {
         item_new(&scratch[i], st_mixed_size(&r), n << 8 | (uint64_t)i, "seq-own");
@@ -187,7 +187,7 @@ static void test_exit_sequential_heaps(void **state)
     free(warm);
     size_t heaps0 = info_now().heaps, heaps_max = 0;
     memset(seq_tab, 0, sizeof seq_tab);
-    for (uintptr_t n = 0; n < SEQ_THREADS; n++) {
+    for (uintptr_t n = 0; n < (uintptr_t)SEQ_THREADS; n++) {
         /* The slot this thread will use holds the blocks of thread n - LAG. */
         for (int i = 0; i < SEQ_BLOCKS; i++) item_free(&seq_tab[n % SEQ_LAG][i], "seq-main");
         pthread_t t;
@@ -365,11 +365,11 @@ static void test_exit_memory_trimmed(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_blocks_freed_later),
         cmocka_unit_test(test_exit_sequential_heaps),
         cmocka_unit_test(test_exit_memory_swept_by_running_thread),
         cmocka_unit_test(test_exit_memory_trimmed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return st_run_group_tests(tests, NULL, NULL);
 }
