@@ -104,6 +104,9 @@ TOTAL_FAIL=0
 #   thread_exit   heaps abandoned with blocks out, adopted, swept, given back
 #   thread_churn  thousands of short threads, key destructors, detached threads
 #   fork          fork() from the main thread and from a busy thread
+#   atfork        fork handlers of a library loaded first, which allocate and
+#                 free (a thread's first allocation, a large block) while
+#                 hakmem holds its locks for fork()
 #   oom           out of memory in every tier through every entry point;
 #                 oom:core is its tests of the tiers themselves (each tier
 #                 filled until NULL and refilled, memory freed by one tier
@@ -141,16 +144,16 @@ MATRIX_SETTINGS='
 # build    setting                          stress tests
 default    -                                all
 default    HAKMEM_VERBOSE=1                 -
-default    HAKMEM_STATS=1                   tiers remote_free mt_stress thread_exit thread_churn fork oom:core
+default    HAKMEM_STATS=1                   tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
 default    HAKMEM_BATCH_TIER_SIZE=1         tiers remote_free mt_stress thread_exit oom:core
 default    HAKMEM_BATCH_TIER_SIZE=256       tiers remote_free mt_stress thread_exit
 default    HAKMEM_L2_RING_CAP=1             tiers remote_free mt_stress thread_exit thread_churn
 default    HAKMEM_L25_RING_CAP=1            tiers remote_free mt_stress thread_exit thread_churn
 default    HAKMEM_TINY_C2_LOCAL_CACHE=1     tiers remote_free mt_stress thread_exit thread_churn oom:core
 default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_exit
-default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork oom:core,realloc_grow
-hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork oom:core
-hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork oom:core
+default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
+hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
+hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
 '
 
 # NAME:A,B -> test_NAME_A,test_NAME_B; oom:core is the OOM tests of the tiers.
