@@ -93,6 +93,7 @@ void hak_os_retire_range(void *base, size_t len) {
     }
     hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_decommit_count, 1, memory_order_relaxed);
     hak_lock(&dead_lock);
     char *old = dead[dead_next].base;
     size_t old_len = dead[dead_next].len;

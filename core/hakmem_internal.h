@@ -128,6 +128,8 @@
 /* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved. */
 enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3 };
 
+typedef struct { _Atomic int held; } hak_lock_t;
+
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
 
@@ -193,6 +195,9 @@ typedef struct hak_superslab {
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
+    uint32_t              dirty_at[HAK_SS_PAGES]; /* hak_now_ms() when a dirty
+                                     page was freed: it goes back to the OS
+                                     once it has stayed free for the delay  */
 #ifdef HAK_HARDENED
     hak_span_check_t      check[HAK_SS_PAGES]; /* by page, copied to a whole span */
     uint64_t              divisible[HAK_SS_PAGES]; /* by page: UINT64_MAX / block
@@ -238,14 +243,24 @@ typedef struct hak_heap {
     bool             keep_spares;  /* keep an empty slab per class and one
                                       empty SuperSlab: off while trimming and
                                       for abandoned heaps                   */
+    size_t           purge_pending; /* owner: bytes stamped for the purger
+                                      since it was last made sure of        */
+    _Atomic bool     trim_request; /* malloc_trim from another thread: flush
+                                      the rings at the next slow path       */
+    /* Taken by the owner on its slow paths around what the purger and
+     * malloc_trim of other threads touch (hak_heap_lock, below). */
+    hak_lock_t       lock;
+    unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
-    unsigned         dirty_budget; /* ... allowed before they are decommitted */
-    unsigned         dirty_reused; /* dirty pages taken again since the last purge */
-    int              state;
+    int              state;        /* written under heap_lock; remote freers
+                                      peek at it (relaxed)                  */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
+    uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next ring
+                                      refill of the class takes: starts at 1
+                                      for a new thread, doubles per refill  */
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
@@ -262,7 +277,6 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-typedef struct { _Atomic int held; } hak_lock_t;
 HAK_INTERNAL void hak_lock(hak_lock_t *l);
 HAK_INTERNAL bool hak_trylock(hak_lock_t *l);
 static inline void hak_unlock(hak_lock_t *l) {
@@ -310,11 +324,61 @@ HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((nor
  * a tail jump and the fast path needs no stack frame. */
 HAK_INTERNAL void  hak_bad_free(const char *what, const void *p) __attribute__((cold));
 
+/* Giving memory back by time (hakmem_purge.c).  Free memory is stamped with
+ * hak_now_ms() when it becomes free and goes back to the OS once it has
+ * stayed unused for HAKMEM_PURGE_DELAY_MS: the purger thread (started when
+ * something is stamped, gone when nothing is left) or, where no thread can
+ * be made, the slow paths.  The purge functions return how many ms until
+ * the next stamped item falls due, HAK_PURGE_NONE if none is left. */
+#ifndef HAK_PURGE_DELAY_DEFAULT
+#define HAK_PURGE_DELAY_DEFAULT 1000
+#endif
+#define HAK_PURGE_NONE UINT32_MAX
+HAK_INTERNAL uint32_t hak_now_ms(void);
+/* Due: stamped at `at`, unused for the delay by `now` (or `force`: trim). */
+static inline bool hak_purge_due(uint32_t at, uint32_t now, uint32_t delay, uint32_t *wait) {
+    uint32_t age = now - at;
+    if (age >= delay) return true;
+    if (delay - age < *wait) *wait = delay - age;
+    return false;
+}
+HAK_INTERNAL void hak_purge_kick(void);
+/* A heap starts the purger once this much of its memory is stamped: a
+ * program that frees less never has one (it is not worth a thread). */
+#define HAK_PURGE_KICK_MIN ((size_t)4 << 20)
+HAK_INTERNAL void hak_purge_inline(void);
+HAK_INTERNAL bool hak_purge_everything(void);
+HAK_INTERNAL void hak_purge_wake(void);
+HAK_INTERNAL void hak_purge_fork_prepare(void);
+HAK_INTERNAL void hak_purge_fork_parent(void);
+HAK_INTERNAL void hak_purge_fork_child(void);
+HAK_INTERNAL extern _Atomic uint64_t hak_decommit_count;
+
+/* The heap lock.  The owner takes it on its slow paths (nestable: only the
+ * owner uses lock_depth) around the state other threads' purges read and
+ * change: its SuperSlab list and page maps, and the free lists of its L2 and
+ * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
+ * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
+ * Letting go of it starts the purger if enough was stamped meanwhile. */
+static inline void hak_heap_lock(hak_heap_t *h) {
+    if (h->lock_depth++ == 0) hak_lock(&h->lock);
+}
+static inline void hak_heap_unlock(hak_heap_t *h) {
+    if (--h->lock_depth == 0) {
+        hak_unlock(&h->lock);
+        if (h->purge_pending >= HAK_PURGE_KICK_MIN) {
+            h->purge_pending = 0;
+            hak_purge_kick();
+        }
+    }
+}
+
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
                                           bool page0);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL bool hak_ss_purge_heap(hak_heap_t *h);
+HAK_INTERNAL uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
 HAK_INTERNAL extern _Atomic size_t hak_ss_count[3];
@@ -330,21 +394,42 @@ HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL void hak_slab_purge(hak_slab_t *s);
+HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
+HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 
-/* A slab whose owner has freed half its blocks since its last purge is
- * worth a look for whole 4 KiB pages with no live block (one-page L2 slabs:
- * their blocks are big enough for pages to empty out).  Checked as blocks
- * fall out of the owner's ring. */
-static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
+/* Free blocks of the ring classes (L2 and L2.5, 1280 B and up) carry in their
+ * third word when they went back to their slab: hak_now_ms() << 1 | 1, or 0
+ * once nothing of them beyond their first 4 KiB is resident (an L2.5 block
+ * given back, or never used).  The first two words are the link and the
+ * freed-mark. */
+static inline void hak_block_stamp(void *p, uint32_t now) {
+    ((uint64_t *)p)[2] = (uint64_t)now << 1 | 1;
+}
+static inline uint64_t hak_block_stamp_of(const void *p) { return ((const uint64_t *)p)[2]; }
+static inline void hak_block_clean(void *p) { ((uint64_t *)p)[2] = 0; }
+
+/* Slabs whose free blocks may give pages back while the slab lives: L2.5
+ * slabs (each free block but its first page) and one-page L2 slabs (whole
+ * 4 KiB pages with no live block; their blocks are big enough for pages to
+ * empty out). */
+static inline bool hak_slab_purgeable(const hak_slab_t *s) {
+    if (s->tier == HAK_TIER_L25) return true;
 #ifdef HAK_HARDENED
-    /* The hardened build keeps live slabs whole: its free check then needs
-     * no test for blocks on given-back pages (see hardened_box.h). */
-    (void)s, (void)used;
+    /* The hardened build keeps live L2 slabs whole: its free check then
+     * needs no test for blocks on given-back pages (see hardened_box.h). */
     return false;
 #else
-    return s->tier == HAK_TIER_L2 && s->npages == 1 && used != 0 && used * 2u <= s->purge_mark;
+    return s->tier == HAK_TIER_L2 && s->npages == 1;
 #endif
+}
+
+/* HAKMEM_PURGE_DELAY_MS=0 (give back at once): a one-page L2 slab whose
+ * owner has freed half its blocks since its last purge is looked at for
+ * whole free pages, as blocks fall out of the owner's ring. */
+static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
+    return hak_slab_purgeable(s) && s->tier == HAK_TIER_L2 && used != 0 &&
+           used * 2u <= s->purge_mark;
 }
 
 /* Tiny (hakmem_tiny.c) */
@@ -360,6 +445,7 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
+HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 
@@ -370,6 +456,7 @@ HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
+HAK_INTERNAL uint32_t hak_large_purge(uint32_t now, uint32_t delay);
 HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
 HAK_INTERNAL void   hak_large_lock_all(void);
@@ -389,8 +476,14 @@ HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
-HAK_INTERNAL bool hak_heap_trim(void);
 HAK_INTERNAL bool hak_heap_release_abandoned(void);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
+HAK_INTERNAL void hak_heap_trim_self(hak_heap_t *h);
+HAK_INTERNAL bool hak_heap_sweep_abandoned(bool all);
+HAK_INTERNAL hak_heap_t *hak_heap_first(void);
+HAK_INTERNAL size_t hak_heap_active_count(void);
+static inline int hak_heap_state(const hak_heap_t *h) {
+    return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+}
 
 #endif /* HAKMEM_INTERNAL_H */

@@ -103,6 +103,12 @@ bool hak_large_trim_cache(void) {
     return any;
 }
 
+/* The cache is bounded by count and bytes, not time (yet). */
+uint32_t hak_large_purge(uint32_t now, uint32_t delay) {
+    (void)now, (void)delay;
+    return HAK_PURGE_NONE;
+}
+
 void hak_large_lock_all(void)   { hak_lock(&cache_lock); }
 void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
 
