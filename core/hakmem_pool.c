@@ -21,7 +21,15 @@ void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
     }
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
+    /* Half a ring, but a class a thread has just started to use gets one
+     * block, then 2, 4, ...: a thread that needs one block does not take
+     * (and touch) a ring's worth. */
     unsigned want = r->cap > 1 ? r->cap / 2 : 1;
+    unsigned batch = h->refill_batch[cls];
+    if (batch < want) {
+        want = batch;
+        h->refill_batch[cls] = (uint8_t)(batch * 2);
+    }
     unsigned got = hak_class_take(h, cls, r->slot, want);
     if (got == 0) {
         errno = ENOMEM;
@@ -124,6 +132,7 @@ hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
 
 void hak_pool_init_heap(hak_heap_t *h) {
     for (unsigned c = 0; c < HAK_L2_FIRST; c++) h->ring[c] = &hak_empty_ring;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
     for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
         h->l2[i].r.cap = (uint32_t)hak_opt.l2_ring_cap;
         h->ring[HAK_L2_FIRST + i] = &h->l2[i].r;
