@@ -51,7 +51,17 @@ static inline bool slab_has_room(const hak_slab_t *s) {
 }
 static inline bool slab_ss_hot(const hak_slab_t *s) { return hak_ss_state(hak_ss_of(s)) == HAK_SS_HOT; }
 
-static inline bool slab_worth_queueing(const hak_slab_t *s) { (void)s; return true; }
+/* A parked slab goes back on its queue only once this many of its blocks
+ * are free, so that the refill it serves yields a batch rather than one or
+ * two blocks: in a big heap where frees land all over the place, slabs with
+ * a block or two free wait at the side while they fill up (at most an
+ * eighth of a slab stays unused that way). */
+static inline uint32_t slab_unpark_min(const hak_slab_t *s) {
+    return s->capacity >= 16 ? s->capacity / 8u : 1u;
+}
+static inline bool slab_worth_queueing(const hak_slab_t *s) {
+    return s->capacity - slab_used(s) >= slab_unpark_min(s);
+}
 /* An abandoned heap keeps every slab parked with NOTIFY armed, so that
  * remote frees into it reach its notify stack (and the purger). */
 static inline bool heap_abandoned(const hak_heap_t *h) {
