@@ -27,7 +27,17 @@
  * owner touches a slab's free list and counts: no atomics on the owner path.
  * A SuperSlab is HOT (takes new slabs), DRAINING (mostly empty: its slabs
  * serve frees but no allocations, so it can empty out) or FREE (empty,
- * decommitted, cached for reuse or unmapped).
+ * cached for any heap to reuse, unmapped once its pages have gone back).
+ *
+ * Giving memory back (hakmem_purge.c)
+ * ------------------
+ * By time, never on an event: free pages, free L2.5 blocks, free pages of
+ * one-page L2 slabs and freed large mappings are stamped when they become
+ * free and go back to the OS once unused for HAKMEM_PURGE_DELAY_MS (default
+ * 1 s), so memory reused sooner is never faulted in again.  A purger thread
+ * does it, existing only while something is stamped; it reaches a live
+ * heap through that heap's lock, which the owner takes only on slow paths.
+ * malloc_trim does the same at once for every heap.
  *
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
@@ -35,9 +45,11 @@
  *                        slab, free pushes onto the block's slab.
  *   L2     1 KiB..52 KiB  per-thread LIFO ring of block pointers per class
  *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
- *                        front of the same slabs; refilled/flushed in batches.
- *   Large  > 1 MiB       its own mapping (a whole number of chunks), with a
- *                        small cache of freed mappings and mremap growth.
+ *                        front of the same slabs; refilled/flushed in batches
+ *                        (a class's first refills in a heap take 1, 2, 4...).
+ *   Large  > 1 MiB       its own mapping (a whole number of chunks), taken
+ *                        from a cache of freed ranges (split and merged) when
+ *                        one fits; mremap growth.
  *
  * Threads
  * -------
@@ -48,10 +60,12 @@
  * one exchange when that slab runs dry.  A slab its owner no longer watches
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
  * first remote free into it hands it to the owner's notify stack.  When a
- * thread exits its heap is flushed and abandoned; the next new thread adopts
- * it whole, and meanwhile running threads now and then collect its remote
- * frees and give its empty memory back.  Heaps are never unmapped, which is
- * what lets a remote free read slab->owner and push without a lock.
+ * thread exits its rings are flushed and its heap abandoned, warm, with
+ * every slab parked and armed; the next new thread adopts it whole, and
+ * meanwhile remote frees into it wake the purger, which collects them (as
+ * running threads' housekeeping does now and then).  Heaps are never
+ * unmapped, which is what lets a remote free read slab->owner and push
+ * without a lock.
  */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H
