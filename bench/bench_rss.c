@@ -42,12 +42,14 @@
  *   baseline_rss_mib=...  peak_rss_mib=...
  *   after_free90: live_mib=... rss_mib=... ratio=R (t=...ms)
  *   after_free_all: rss_mib=... above_baseline_mib=... (t=...ms)
- *   Throughput = N ops/s (...)
+ *   Throughput = N ops/s (..., time=T s, minflt=..., majflt=...)
  *   rss_check after_free90_ratio=R after_free_all_above_baseline_mib=Y
  * ratio is RSS / live bytes after step 2 (1.00 would be perfect; baseline
  * memory counts against it).  Throughput counts every malloc and free over
  * steps 1..3 divided by the time spent in them, sleeps excluded; the time
  * includes the memsets and checks, so it is mostly a memory-bandwidth figure.
+ * minflt / majflt are the page faults from step 1 to the end of step 3
+ * (the polls included).
  * Exit status: 0 ok, 1 allocation failure / corruption / system error,
  * 2 bad arguments. */
 
@@ -319,6 +321,7 @@ int main(int argc, char **argv)
 
     /* ---- Step 1: allocate and touch everything -------------------------- */
     const uint64_t baseline = sample();
+    struct bench_faults f0 = faults_now();
     uint64_t live = 0, small_bytes = 0;
     size_t small_blocks = 0;
     double t0 = now_sec();
@@ -381,6 +384,7 @@ int main(int argc, char **argv)
     uint64_t atall = 0;
     const uint64_t rssall = poll_rss("after_free_all", settle_ms, &atall);
 
+    struct bench_faults df = faults_since(f0);
     munmap(g_table, g_table_len);
 
     double ratio = live90 ? (double)rss90 / (double)live90 : 0.0;
@@ -396,8 +400,8 @@ int main(int argc, char **argv)
     printf("after_free_all: rss_mib=%.2f above_baseline_mib=%.2f (t=%" PRIu64 "ms)\n",
            (double)rssall / MIB, above, atall);
     printf("Throughput = %" PRIu64 " ops/s (total_mib=%" PRIu64 ", seed=%" PRIu64
-           ", blocks=%zu, ops=%" PRIu64 ", time=%.6f s)\n",
-           (uint64_t)((double)ops / secs), total_mib, seed, n, ops, secs);
+           ", blocks=%zu, ops=%" PRIu64 ", time=%.6f s" FAULTS_FMT ")\n",
+           (uint64_t)((double)ops / secs), total_mib, seed, n, ops, secs, FAULTS_ARGS(df));
     printf("rss_check after_free90_ratio=%.2f after_free_all_above_baseline_mib=%.2f\n",
            ratio, above);
     return 0;
