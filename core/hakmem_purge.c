@@ -18,10 +18,11 @@
  * a remote free into the heap of an exited thread);
  * it sleeps until the next stamp falls due, gives back what is due, and
  * exits once nothing is left, so an idle program has no purger and costs
- * nothing.  It blocks every signal, is detached, exits when the last thread
- * with a heap has exited (so it never keeps a process alive whose main
- * thread called pthread_exit), and after fork() the child starts its own
- * when it next needs one.  If no thread can be made (seccomp, limits), the
+ * nothing.  It blocks every signal, is detached, exits when it is the
+ * process's last thread (so it never keeps a process alive whose main
+ * thread called pthread_exit: the last thread with a heap wakes it as it
+ * exits), and after fork() the child starts its own when it next needs
+ * one.  If no thread can be made (seccomp, limits), the
  * owners' slow paths run the same pass when it is due (hak_purge_inline).
  *
  * How it reaches other threads' memory without slowing their fast paths:
@@ -45,9 +46,12 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +106,23 @@ static void purger_sleep(uint32_t ms) {
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
 }
 
+/* Only the purger is left: the program's threads have all ended (its main
+ * thread with pthread_exit), and the process ends when the purger does.
+ * The thread count comes from /proc/self/stat (field 20); without /proc,
+ * no thread with a heap left stands for it. */
+static bool purger_alone(void) {
+    char buf[512];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) return hak_heap_active_count() == 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');       /* after the command name */
+    for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');
+    if (p == NULL) return hak_heap_active_count() == 0;
+    return strtol(p + 1, NULL, 10) <= 1;
+}
+
 static uint32_t purger_pass(void) {
     hak_lock(&purge_lock);
     uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, false);
@@ -115,19 +136,22 @@ static void *purger_main(void *arg) {
     /* Items falling due close together are taken in one wake-up. */
     uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
     for (;;) {
+        if (purger_alone()) break;
         uint32_t wait = purger_pass();
-        if (wait == HAK_PURGE_NONE || hak_heap_active_count() == 0) {
+        if (wait == HAK_PURGE_NONE) {
             /* Going: anything stamped after the pass saw purger_running
              * set, or is seen by this second pass (stamps are made under
              * the locks the pass takes). */
             atomic_store(&purger_running, 0);
             wait = purger_pass();
-            if (wait == HAK_PURGE_NONE || hak_heap_active_count() == 0) return NULL;
+            if (wait == HAK_PURGE_NONE) return NULL;
             int expected = 0;
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
         }
         purger_sleep(wait + slack + 1);
     }
+    atomic_store(&purger_running, 0);
+    return NULL;
 }
 
 static bool purger_start(void) {
