@@ -294,8 +294,16 @@ static int child_after_delay(void)
     if (rss_full < rss0 + 96 * MiB) { printf("FAIL: the blocks were not resident\n"); return 1; }
     if (rss_back > goal) { printf("FAIL: freed memory not given back after the delay\n"); return 1; }
 
-    /* Blocks of an exited thread, freed by main afterwards. */
+    /* Blocks of an exited thread, freed by main afterwards; first let the
+     * purges above finish (the resident size stops moving), so that the
+     * thread's blocks take fresh pages. */
     size_t rss1 = st_rss_bytes();
+    for (double t0 = st_now(); st_now() - t0 < 10;) {
+        sleep_ms(1000);
+        size_t now = st_rss_bytes();
+        if (now + MiB > rss1 && now < rss1 + MiB) break;
+        rss1 = now;
+    }
     pthread_t t;
     if (pthread_create(&t, NULL, alloc_and_exit, NULL) != 0) return 1;
     pthread_join(t, NULL);
