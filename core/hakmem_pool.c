@@ -11,6 +11,24 @@
 #include <errno.h>
 #include <string.h>
 
+hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
+
+/* A heap's ring of a class is set up when the heap first uses the class,
+ * so a new thread's heap touches only the rings it needs (each L2 ring is
+ * 392 B; all of them, 9 KiB). */
+static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
+    hak_ring_t *r;
+    if (cls < HAK_L25_FIRST) {
+        r = &h->l2[cls - HAK_L2_FIRST].r;
+        r->cap = (uint32_t)hak_opt.l2_ring_cap;
+    } else {
+        r = &h->l25[cls - HAK_L25_FIRST].r;
+        r->cap = hak_l25_ring_cap(cls);
+    }
+    h->ring[cls] = r;
+    return r;
+}
+
 void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
@@ -19,6 +37,7 @@ void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
         if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
         return p;
     }
+    if (r == &hak_empty_ring) r = ring_open(h, cls);
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
     /* Half a ring, but a class a thread has just started to use gets one
@@ -120,25 +139,23 @@ void hak_pool_flush_all(hak_heap_t *h) {
 }
 
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
-    if (r->cap == 0) {              /* a Tiny class: the 32-byte cache */
-        hak_c2_free(h, p);
+    if (r == &hak_empty_ring) {
+        unsigned cls = hak_slab_of(p)->cls;
+        if (cls < HAK_L2_FIRST) {   /* a Tiny class: the 32-byte cache */
+            hak_c2_free(h, p);
+            return;
+        }
+        r = ring_open(h, cls);      /* a class this heap had not used yet */
+        r->slot[r->count++] = p;
         return;
     }
     hak_pool_ring_flush(h, r, r->cap / 2);
     r->slot[r->count++] = p;
 }
 
-hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
-
 void hak_pool_init_heap(hak_heap_t *h) {
-    for (unsigned c = 0; c < HAK_L2_FIRST; c++) h->ring[c] = &hak_empty_ring;
-    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
-    for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
-        h->l2[i].r.cap = (uint32_t)hak_opt.l2_ring_cap;
-        h->ring[HAK_L2_FIRST + i] = &h->l2[i].r;
-    }
-    for (unsigned i = 0; i < HAK_L25_CLASSES; i++) {
-        h->l25[i].r.cap = hak_l25_ring_cap(HAK_L25_FIRST + i);
-        h->ring[HAK_L25_FIRST + i] = &h->l25[i].r;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
+        h->ring[c] = &hak_empty_ring;
+        h->refill_batch[c] = 1;
     }
 }
