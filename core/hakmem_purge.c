@@ -108,8 +108,9 @@ static void purger_sleep(uint32_t ms) {
 
 /* Only the purger is left: the program's threads have all ended (its main
  * thread with pthread_exit), and the process ends when the purger does.
- * The thread count comes from /proc/self/stat (field 20); without /proc,
- * no thread with a heap left stands for it. */
+ * The thread count comes from /proc/self/stat (field 20, less the main
+ * thread if it is a zombie); without /proc, no thread with a heap left
+ * stands for it. */
 static bool purger_alone(void) {
     char buf[512];
     int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
@@ -118,9 +119,12 @@ static bool purger_alone(void) {
     if (n <= 0) return hak_heap_active_count() == 0;
     buf[n] = '\0';
     const char *p = strrchr(buf, ')');       /* after the command name */
+    /* Field 3: the state of the main thread, 'Z' once it has ended with
+     * pthread_exit (it still counts in num_threads until the process ends). */
+    bool main_gone = p != NULL && p[1] == ' ' && p[2] == 'Z';
     for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');
     if (p == NULL) return hak_heap_active_count() == 0;
-    return strtol(p + 1, NULL, 10) <= 1;
+    return strtol(p + 1, NULL, 10) - (main_gone ? 1 : 0) <= 1;
 }
 
 static uint32_t purger_pass(void) {
@@ -135,6 +139,7 @@ static void *purger_main(void *arg) {
     uint32_t delay = (uint32_t)hak_opt.purge_delay_ms;
     /* Items falling due close together are taken in one wake-up. */
     uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
+    uint32_t ending = 1;     /* ms: poll interval once no thread has a heap */
     for (;;) {
         if (purger_alone()) break;
         uint32_t wait = purger_pass();
@@ -148,7 +153,17 @@ static void *purger_main(void *arg) {
             int expected = 0;
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
         }
-        purger_sleep(wait + slack + 1);
+        uint32_t ms = wait + slack + 1;
+        if (hak_heap_active_count() == 0) {
+            /* The last thread with a heap is on its way out (it woke us):
+             * if it was the program's last, the process ends when we do,
+             * so look again soon, less often the longer it takes. */
+            if (ending < ms) ms = ending;
+            if (ending < 1000) ending *= 2;
+        } else {
+            ending = 1;
+        }
+        purger_sleep(ms);
     }
     atomic_store(&purger_running, 0);
     return NULL;

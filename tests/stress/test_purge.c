@@ -48,6 +48,11 @@
  *     blocks (half calloc) keep every live block's contents and give
  *     nothing back.
  *
+ * test_purger_ends_with_process  (delay 10 min)
+ *     32 MiB freed (the purger runs), a thread started and gone, then the
+ *     main thread ends with pthread_exit: the process ends with its last
+ *     thread (well within 60 s), not when the purger's 10 minutes are up.
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h). */
 #include <dirent.h>
@@ -510,6 +515,28 @@ static int child_large(void)
 #undef CHECK
 }
 
+/* Memory stamped (the purger runs, with a delay of 10 minutes), a thread
+ * that exits, then the main thread ends with pthread_exit: the process must
+ * end when its threads have, not when the purger's sleep is over. */
+static void *short_thread(void *arg)
+{
+    (void)arg;
+    void *p = malloc(300000);
+    if (p != NULL) memset(p, 3, 300000);
+    free(p);
+    return NULL;
+}
+
+static int child_pthread_exit(void)
+{
+    size_t n = fill(tab_main, TAB_MAX, 32 * MiB, stress_seed() + 12, 1);
+    drain(tab_main, n, 12);
+    pthread_t t;
+    if (pthread_create(&t, NULL, short_thread, NULL) != 0) return 1;
+    pthread_detach(t);
+    pthread_exit(NULL);
+}
+
 /* Run this program as "--child NAME" with HAKMEM_PURGE_DELAY_MS=delay;
  * its stdout is shown; the test fails unless it exits with 0. */
 static void run_child(const char *name, const char *delay)
@@ -542,6 +569,16 @@ static void test_memory_back_after_delay(void **state) { (void)state; run_child(
 static void test_trim_reaches_live_thread(void **state) { (void)state; run_child("trim-live", "600000"); }
 static void test_fork_while_purge_due(void **state) { (void)state; run_child("fork", "50"); }
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
+static void test_purger_ends_with_process(void **state)
+{
+    (void)state;
+    double t0 = st_now();
+    run_child("pthread-exit", "600000");
+    double secs = st_now() - t0;
+    print_message("a process whose main thread called pthread_exit ended after %.2f s "
+                  "(purge delay 600 s)\n", secs);
+    assert_true(secs < 60);
+}
 
 int main(int argc, char **argv)
 {
@@ -552,6 +589,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "trim-live") == 0) return child_trim_live();
         if (strcmp(argv[2], "fork") == 0) return child_fork();
         if (strcmp(argv[2], "large") == 0) return child_large();
+        if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
     }
     ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
@@ -564,6 +602,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trim_reaches_live_thread),
         cmocka_unit_test(test_fork_while_purge_due),
         cmocka_unit_test(test_large_reuse),
+        cmocka_unit_test(test_purger_ends_with_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
