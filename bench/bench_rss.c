@@ -1,6 +1,6 @@
 /* bench_rss — how much memory does the allocator give back by itself?
  *
- *   bench_rss [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]
+ *   bench_rss [total_mib=512] [seed=42] [settle_ms=3000] [small_pct=25]
  *
  * Step 1 allocates about total_mib MiB of live data and memsets every block
  * in full so all of it is resident.  Sizes are drawn so that small_pct % of
@@ -18,7 +18,11 @@
  * Step 2 frees a random 90% of the blocks in random order (a Fisher-Yates
  * shuffle of the table, then the first 90% of it).  Step 3 frees the rest.
  * After B and after C the RSS is polled every 50 ms for settle_ms ms, each
- * sample printed to stderr.  Nothing allocator-specific is called (no
+ * sample printed to stderr.  The default of 3 s lets allocators that give
+ * memory back after a delay (hakmem's HAKMEM_PURGE_DELAY_MS, 1 s by
+ * default; jemalloc's decay) do so, with time to spare for the madvise
+ * calls on a busy machine; the last sample is the figure reported.  Nothing
+ * allocator-specific is called (no
  * malloc_trim or similar): this measures what the allocator returns to the
  * kernel on its own.  The "t=" reported with a settled value is the time,
  * counted from the end of the frees, of the first sample after which the RSS
@@ -78,7 +82,7 @@ struct block {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]\n"
+            "usage: " PROG " [total_mib=512] [seed=42] [settle_ms=3000] [small_pct=25]\n"
             "  total_mib  live data allocated in step 1, MiB, 1..%u\n"
             "  seed       PRNG seed (non-negative integer)\n"
             "  settle_ms  how long to poll RSS after each free step, 0..%u ms\n"
@@ -278,7 +282,7 @@ static uint64_t poll_rss(const char *label, uint64_t settle_ms, uint64_t *settle
 
 int main(int argc, char **argv)
 {
-    uint64_t total_mib = 512, seed = 42, settle_ms = 500;
+    uint64_t total_mib = 512, seed = 42, settle_ms = 3000;
 
     bench_check_args(argc, argv, 4);
     arg_or_die(argc, argv, 1, "total_mib", 1, TOTAL_LIMIT, &total_mib);

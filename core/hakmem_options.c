@@ -17,6 +17,7 @@ hak_options_t hak_opt = {
     .l2_ring_cap = POOL_L2_RING_CAP,
     .l25_ring_cap = POOL_L25_RING_CAP,
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
+    .purge_delay_ms = HAK_PURGE_DELAY_DEFAULT,
 };
 
 typedef struct {
@@ -47,6 +48,8 @@ static const option_t options[] = {
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
       "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
       lookup_kinds },
+    { "HAKMEM_PURGE_DELAY_MS", &hak_opt.purge_delay_ms, HAK_PURGE_DELAY_DEFAULT, 0, 3600000,
+      "ms free memory stays resident unused before it goes back to the OS (0: at once)", NULL },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 

@@ -14,6 +14,7 @@ typedef struct {
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */
     int tiny_c2_cache;      /* HAKMEM_TINY_C2_LOCAL_CACHE: cache for 32 B blocks */
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
+    int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
 } hak_options_t;
 
 extern hak_options_t hak_opt;

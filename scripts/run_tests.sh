@@ -104,6 +104,9 @@ TOTAL_FAIL=0
 #   thread_exit   heaps abandoned with blocks out, adopted, swept, given back
 #   thread_churn  thousands of short threads, key destructors, detached threads
 #   fork          fork() from the main thread and from a busy thread
+#   purge         memory given back by time: hand-offs without join, reuse
+#                 within the delay, malloc_trim of another live thread's
+#                 memory, large-block reuse, fork while a purge is due
 #   atfork        fork handlers of a library loaded first, which allocate and
 #                 free (a thread's first allocation, a large block) while
 #                 hakmem holds its locks for fork()
@@ -130,6 +133,11 @@ TOTAL_FAIL=0
 #                  released under it, the 32-byte tier out of memory
 #   MID_INUSE_DEFERRED=1      slabs' in-use counts applied per L2 flush: slabs
 #                  emptied and released, remote frees, thread exit
+#   PURGE_DELAY_MS=0          free memory goes back to the OS at once (as
+#                  before the delay existed): every give-back path, decommits
+#                  under remote frees, thread exit and fork, OOM's make_room
+#   PURGE_DELAY_MS=3600000    nothing goes back by time: the caches and
+#                  stamps only grow, so trim, OOM and exit must still work
 #   SS_LOOKUP_KIND=radix      how free() finds a chunk, with a lock and
 #                  metadata of its own (held across fork, mapped as memory
 #                  runs out, large blocks registered as they grow): everything
@@ -152,7 +160,9 @@ default    HAKMEM_L25_RING_CAP=1            tiers remote_free mt_stress thread_e
 default    HAKMEM_TINY_C2_LOCAL_CACHE=1     tiers remote_free mt_stress thread_exit thread_churn oom:core
 default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_exit
 default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
-hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
+default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
+default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
+hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
 hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
 '
 
