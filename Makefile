@@ -6,8 +6,8 @@
 #   make test                 every test (installs missing test dependencies), < 10 min
 #   make check                quick suite for between commits (< 2 min): unit and
 #                             stress tests once, the real programs
-#   make soak                 every test under every setting, STRESS_SCALE=8
-#                             (STRESS_SCALE=32 runs for hours)
+#   make soak                 every test under every setting, STRESS_SCALE=16
+#                             (an hour or more on 2 CPUs)
 #   make sanitize / fuzz      UBSan+TSan unit tests / libFuzzer (FUZZ_SECONDS=60)
 #   make bench / bench-full   benchmarks, hakmem against other allocators
 #   make install PREFIX=/usr/local DESTDIR=
@@ -171,7 +171,7 @@ check:
 	TEST_START=$(TEST_START) scripts/run_tests.sh --quick
 
 # Every row of the gate matrix runs every test, hardened rows too, with the
-# stress tests at STRESS_SCALE=8 (set STRESS_SCALE for more).
+# stress tests at STRESS_SCALE=16 (set STRESS_SCALE for more or less).
 soak:
 	scripts/install_deps.sh test
 	$(MAKE) $(PAR) lib tests

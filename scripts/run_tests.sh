@@ -9,7 +9,7 @@
 #                                  (no setting), STRESS_SCALE=0.5, the real
 #                                  programs with libhakmem.so
 #   scripts/run_tests.sh --soak    `make soak`: every row runs every test,
-#                                  STRESS_SCALE=8 (at least the sizes the stress
+#                                  STRESS_SCALE=16 (at least the sizes the stress
 #                                  tests had before they were scaled)
 #
 # Test binaries are build/tests/{unit,stress}/* (build/tests-hardened/ for the
@@ -57,7 +57,7 @@ case "${1:-}" in
 esac
 case "$MODE" in
     quick) SCALE="${STRESS_SCALE:-0.5}" ;;
-    soak)  SCALE="${STRESS_SCALE:-8}" ;;
+    soak)  SCALE="${STRESS_SCALE:-16}" ;;
     *)     SCALE="${STRESS_SCALE:-1}" ;;
 esac
 export STRESS_SCALE="$SCALE"

@@ -93,11 +93,12 @@ static inline uint64_t stress_seed(void)
  * Every stress test sizes its work with st_scaled(): operations per thread,
  * rounds, forks, threads started over the run.  The counts written in the
  * tests are those of STRESS_SCALE=1, the default, which `make test` runs in
- * every setting of its gate matrix; `make check` runs 0.5, `make soak` 8
+ * every setting of its gate matrix; `make check` runs 0.5, `make soak` 16
  * (at least the sizes the tests had before the knob existed).  What does
  * not scale: how many threads run at once (the shape of the contention),
  * table sizes, and the memory volumes and limits that an assertion is
- * calibrated against (RSS bounds, the OOM headroom).  A number from 0.001
+ * calibrated against (RSS bounds, the OOM headroom; test_tiers' volumes
+ * only grow).  A number from 0.001
  * to 1000 (anything else stops the program); read once, from any thread. */
 static atomic_long st_scale_milli;     /* STRESS_SCALE x 1000; 0: not read yet */
 

@@ -28,7 +28,7 @@
 /* test_cross_thread_mix                                                    */
 /* ======================================================================= */
 #define MIX_THREADS     8
-#define MIX_OPS         st_scaled(5000, 500)   /* allocations per thread */
+#define MIX_OPS         st_scaled(3000, 500)   /* allocations per thread */
 #define MIX_LOCAL_SLOTS 64
 #define MIX_INBOX_CAP   512
 /* Live data stays in the hundreds of MiB (64 local slots + an inbox of 512

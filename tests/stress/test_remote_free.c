@@ -1,7 +1,7 @@
 /* Remote frees under contention.
  *
  * test_remote_free_contention
- *     4 producer threads allocate 12000 blocks each (x STRESS_SCALE) over
+ *     4 producer threads allocate 8000 blocks each (x STRESS_SCALE) over
  *     Tiny, L2 and L2.5, pattern them and push them, in batches of 32, onto
  *     one shared queue; 4 consumer threads take them off in batches of 8 (so
  *     the blocks of one producer batch, often neighbours in one slab, are
@@ -50,7 +50,7 @@ static void info_ss(size_t *in_use, size_t *draining)
 /* ==== contention: producers -> shared queue -> consumers ================= */
 #define NPROD          4
 #define NCONS          4
-#define PROD_ITEMS     ((uint64_t)st_scaled(12000, 1000))   /* per producer */
+#define PROD_ITEMS     ((uint64_t)st_scaled(8000, 1000))   /* per producer */
 #define PUSH_BATCH     32
 #define POP_BATCH      8
 #define LOCAL_WINDOW   64

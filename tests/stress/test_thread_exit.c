@@ -1,7 +1,7 @@
 /* Threads that exit with blocks still out.
  *
  * test_exit_blocks_freed_later
- *     8 waves (x STRESS_SCALE) of 8 threads allocate blocks over
+ *     6 waves (x STRESS_SCALE) of 8 threads allocate blocks over
  *     Tiny/L2/L2.5, free some and leave the rest in a table, and exit.  The
  *     next wave starts at once (and adopts the abandoned heaps) while the
  *     main thread and a long-lived freer thread check and free the previous
@@ -9,10 +9,10 @@
  *     of heaps must stay at one wave's worth.
  *
  * test_exit_sequential_heaps
- *     250 short threads (x STRESS_SCALE) one after the other, each leaving
+ *     150 short threads (x STRESS_SCALE) one after the other, each leaving
  *     blocks that the main thread frees later: each adopts the heap its
  *     predecessor left, so no more than a handful of heaps ever exist.  Then
- *     16 waves (x STRESS_SCALE) of 8 concurrent threads: at most 8 more.
+ *     12 waves (x STRESS_SCALE) of 8 concurrent threads: at most 8 more.
  *
  * test_exit_memory_swept_by_running_thread
  *     4 threads allocate 32 MiB each, hand every block to the main thread and
@@ -59,7 +59,7 @@ static void print_info(const char *when)
 }
 
 /* ==== waves that leave blocks behind ===================================== */
-#define WAVES        ((int)st_scaled(8, 3))
+#define WAVES        ((int)st_scaled(6, 3))
 #define WAVE_THREADS 8
 #define WAVE_BLOCKS  400
 
@@ -157,10 +157,10 @@ static void test_exit_blocks_freed_later(void **state)
 }
 
 /* ==== thousands of threads, one after the other ========================= */
-#define SEQ_THREADS   ((int)st_scaled(250, 2 * SEQ_LAG))
+#define SEQ_THREADS   ((int)st_scaled(150, 2 * SEQ_LAG))
 #define SEQ_BLOCKS    12
 #define SEQ_LAG       4       /* main frees a thread's blocks 4 threads later */
-#define SEQ_WAVES     ((int)st_scaled(16, 4))
+#define SEQ_WAVES     ((int)st_scaled(12, 4))
 
 static item_t seq_tab[SEQ_LAG][SEQ_BLOCKS];
 static item_t seq_wave_tab[8][SEQ_BLOCKS];   /* thread n >= SEQ_THREADS: row n % 8 */

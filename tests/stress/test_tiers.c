@@ -1,10 +1,10 @@
 /* SuperSlab tier transitions under load (HOT -> DRAINING -> FREE and back).
  *
  * test_tiers_single
- *     One thread allocates ~200 MiB (x STRESS_SCALE) in mixed small sizes
- *     (Tiny, L2, some L2.5), every block patterned.  It then frees 95% of
- *     them in random order while still allocating a little (a new block
- *     every 16 frees).
+ *     One thread allocates ~200 MiB (x STRESS_SCALE when that is more) in
+ *     mixed small sizes (Tiny, L2, some L2.5), every block patterned.  It
+ *     then frees 95% of them in random order while still allocating a little
+ *     (a new block every 16 frees).
  *     Meanwhile hak_get_info must show the backend reacting: some SuperSlab
  *     DRAINING at some point, or fewer SuperSlabs in use than at the peak.
  *     Every block still live must keep its contents.  Then everything is
@@ -13,11 +13,11 @@
  *     32 MiB of where the test started.
  *
  * test_tiers_threads
- *     4 threads do the same with 50 MiB each (x STRESS_SCALE) at once, but
- *     the frees cross threads: thread t frees every block whose index is t
- *     mod 4, whoever allocated it (3/4 of all frees are remote), while the
- *     owners go on allocating.  Same checks; the threads exit at the end and the main
- *     thread's hak_trim(0) sweeps their heaps.
+ *     4 threads do the same with 50 MiB each (x STRESS_SCALE when that is
+ *     more) at once, but the frees cross threads: thread t frees every block
+ *     whose index is t mod 4, whoever allocated it (3/4 of all frees are
+ *     remote), while the owners go on allocating.  Same checks; the threads
+ *     exit at the end and the main thread's hak_trim(0) sweeps their heaps.
  *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the tests check. */
@@ -131,9 +131,10 @@ static void shuffle(uint32_t *v, size_t n, st_rng *r)
 }
 
 /* ==== one thread ========================================================== */
-/* x STRESS_SCALE, but at least half: below that too few SuperSlabs drain. */
-#define SINGLE_BYTES   ((size_t)st_scaled(200, 100) * MiB)
-#define SINGLE_MAX     ((size_t)st_scaled(200000, 100000))   /* blocks, with the extra ones */
+/* x STRESS_SCALE, but never less: with 100 MiB no SuperSlab need turn
+ * DRAINING, and the test would fail without a fault in the allocator. */
+#define SINGLE_BYTES   ((size_t)st_scaled(200, 200) * MiB)
+#define SINGLE_MAX     ((size_t)st_scaled(200000, 200000))   /* blocks, with the extra ones */
 #define EXTRA_EVERY    16              /* one new block per 16 frees       */
 
 static void test_tiers_single(void **state)
@@ -255,8 +256,8 @@ static void test_tiers_single(void **state)
 
 /* ==== four threads, frees across threads ================================== */
 #define MT_THREADS  4
-#define MT_BYTES    ((size_t)st_scaled(50, 25) * MiB)            /* x STRESS_SCALE */
-#define MT_MAX      ((size_t)st_scaled(60000, 30000))   /* blocks per thread, with the extras */
+#define MT_BYTES    ((size_t)st_scaled(50, 50) * MiB)       /* x STRESS_SCALE, never less */
+#define MT_MAX      ((size_t)st_scaled(60000, 60000))   /* blocks per thread, with the extras */
 
 static slim_t *mt_tab[MT_THREADS];
 static size_t mt_first[MT_THREADS];      /* blocks of the first batch */
