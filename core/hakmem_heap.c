@@ -97,7 +97,8 @@ static void heap_park(hak_heap_t *h) {
 
 /* ---- heap life cycle ------------------------------------------------------- */
 static _Atomic unsigned abandoned_count;
-static size_t active_count;            /* heaps with a thread (heap_lock) */
+static size_t active_count;            /* heaps with a thread (changed under heap_lock,
+                                          read by the purger) */
 
 static hak_heap_t *heap_new(void) {
     hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
@@ -153,7 +154,7 @@ hak_heap_t *hak_heap_for_thread(void) {
     if (h != NULL) {
         __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
         h->keep_spares = true;
-        active_count++;
+        __atomic_fetch_add(&active_count, 1, __ATOMIC_RELAXED);
     }
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
@@ -281,7 +282,7 @@ static void heap_thread_exit(void *arg) {
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);
-    bool last = --active_count == 0;
+    bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
     hak_unlock(&heap_lock);
     if (last) hak_purge_wake();    /* the process may be ending: let the purger go */
 }
@@ -352,7 +353,7 @@ static void fork_child(void) {
         if (h != hak_tls_owner) h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;
-    active_count = hak_tls_owner != NULL;
+    __atomic_store_n(&active_count, (size_t)(hak_tls_owner != NULL), __ATOMIC_RELAXED);
     hak_unlock(&heap_lock);
     hak_purge_fork_child();
 }
