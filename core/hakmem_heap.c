@@ -196,6 +196,9 @@ void hak_heap_housekeeping(hak_heap_t *h) {
  * whether any heap had something. */
 bool hak_heap_sweep_abandoned(bool all) {
     unsigned n = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+    /* A purge pass takes a few (the list is scanned from its head each
+     * time); the rest wait for the next pass. */
+    if (!all && n > 8) n = 8;
     bool any = false;
     for (; n != 0; n--) {
         hak_lock(&heap_lock);
