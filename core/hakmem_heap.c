@@ -192,14 +192,13 @@ void hak_heap_housekeeping(hak_heap_t *h) {
 /* The purger (and malloc_trim, `all`) collects the remote frees of the
  * abandoned heaps: those with something on their notify stack, or all of
  * them.  One at a time is taken off the list while that runs, as by
- * housekeeping, so a new thread finds the others there to adopt.  Returns
- * whether any heap had something. */
+ * housekeeping, so a new thread finds the others there to adopt.  A purge
+ * pass takes at most 8 (each is found by a scan from the list's head);
+ * returns whether it stopped with more to look at. */
 bool hak_heap_sweep_abandoned(bool all) {
     unsigned n = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
-    /* A purge pass takes a few (the list is scanned from its head each
-     * time); the rest wait for the next pass. */
-    if (!all && n > 8) n = 8;
-    bool any = false;
+    bool more = !all && n > 8;
+    if (more) n = 8;
     for (; n != 0; n--) {
         hak_lock(&heap_lock);
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
@@ -215,8 +214,7 @@ bool hak_heap_sweep_abandoned(bool all) {
             atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
         }
         hak_unlock(&heap_lock);
-        if (b == NULL) break;
-        any = true;
+        if (b == NULL) return false;
         heap_flush_rings(b);
         heap_sweep(b);
         heap_park(b);
@@ -224,7 +222,7 @@ bool hak_heap_sweep_abandoned(bool all) {
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
     }
-    return any;
+    return more;
 }
 
 hak_heap_t *hak_heap_first(void) { return __atomic_load_n(&heaps_all, __ATOMIC_ACQUIRE); }
