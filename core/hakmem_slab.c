@@ -396,19 +396,24 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
 }
 
 /* After a local free made the slab empty, or freed into a parked slab. */
-void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_is_parked(s)) {
-        if (slab_used(s) != 0 && !slab_worth_queueing(s)) return;
-        if (slab_ss_hot(s) && slab_used(s) != 0 && !heap_abandoned(h)) {
-            slab_unpark(h, s, false);
-            return;
-        }
+static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_is_parked(s) && slab_used(s) != 0) {
+        if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
+        return;
     }
     if (slab_used(s) == 0) {
         hak_heap_lock(h);
         slab_maybe_retire(h, s);
         hak_heap_unlock(h);
     }
+}
+
+/* Most calls are frees into a parked slab that stays parked (not yet an
+ * eighth free): that answer comes first, with nothing to save. */
+void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
+    uint32_t used = s->used & ~HAK_SLAB_FULL;
+    if ((s->used & HAK_SLAB_FULL) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
+    free_slow_act(h, s);
 }
 
 
