@@ -41,7 +41,7 @@ _Atomic int hak_initialized;
 static hak_lock_t init_lock;
 
 /* ---- remote frees ----------------------------------------------------------
- * One CAS onto the block's slab.  If the owner had parked the slab (NOTIFY),
+ * One CAS onto the block's slab (the new word also counts the block).  If the owner had parked the slab (NOTIFY),
  * the first freer also pushes the slab onto the owner's notify stack.  The
  * slab cannot go away in between: a parked slab whose NOTIFY is gone is never
  * retired (slab_maybe_retire) until its notification has come through. */
@@ -49,9 +49,11 @@ void hak_remote_free(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
-        hak_link_set(b, (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY));
-    } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, (uintptr_t)b,
-                                                    memory_order_acq_rel, memory_order_relaxed));
+        hak_link_set(b, (hak_block_t *)(old & HAK_REMOTE_LIST));
+    } while (!atomic_compare_exchange_weak_explicit(
+                 &s->remote, &old,
+                 (uintptr_t)b | ((old & ~HAK_REMOTE_LIST & ~HAK_REMOTE_NOTIFY) + HAK_REMOTE_ONE),
+                 memory_order_acq_rel, memory_order_relaxed));
     /* acq_rel: a freer that takes NOTIFY has seen the owner's arming of it */
     if (old & HAK_REMOTE_NOTIFY) {
         hak_heap_t *owner = s->owner;
@@ -192,11 +194,13 @@ void hak_heap_housekeeping(hak_heap_t *h) {
 /* The purger (and malloc_trim, `all`) collects the remote frees of the
  * abandoned heaps: those with something on their notify stack, or all of
  * them.  One at a time is taken off the list while that runs, as by
- * housekeeping, so a new thread finds the others there to adopt.  Returns
- * whether any heap had something. */
+ * housekeeping, so a new thread finds the others there to adopt.  A purge
+ * pass takes at most 8 (each is found by a scan from the list's head);
+ * returns whether it stopped with more to look at. */
 bool hak_heap_sweep_abandoned(bool all) {
     unsigned n = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
-    bool any = false;
+    bool more = !all && n > 8;
+    if (more) n = 8;
     for (; n != 0; n--) {
         hak_lock(&heap_lock);
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
@@ -212,8 +216,7 @@ bool hak_heap_sweep_abandoned(bool all) {
             atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
         }
         hak_unlock(&heap_lock);
-        if (b == NULL) break;
-        any = true;
+        if (b == NULL) return false;
         heap_flush_rings(b);
         heap_sweep(b);
         heap_park(b);
@@ -221,7 +224,7 @@ bool hak_heap_sweep_abandoned(bool all) {
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
     }
-    return any;
+    return more;
 }
 
 hak_heap_t *hak_heap_first(void) { return __atomic_load_n(&heaps_all, __ATOMIC_ACQUIRE); }

@@ -158,6 +158,13 @@ struct hak_ring;
  * hands the slab to its owner (heap->notify): the owner set it when it took
  * the slab off its queue and stopped looking at it. */
 #define HAK_REMOTE_NOTIFY ((uintptr_t)1)
+/* The remote word: the last block freed remotely (16-byte aligned, below
+ * 2^47), NOTIFY in bit 0, and in its top 16 bits how many blocks the list
+ * holds (a slab has at most 4096), so the owner takes the list without
+ * walking it to count. */
+#define HAK_REMOTE_COUNT_SHIFT 48
+#define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
+#define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
 
 /* The free check's view of a page's slab (box/free_check_box.h): blocks
  * start at the address whose low 32 bits are `start`; a pointer is a block
@@ -192,7 +199,7 @@ typedef struct hak_slab {
     /* -- slow paths only -- */
     _Atomic(uintptr_t) remote __attribute__((aligned(64)));
                                   /* blocks freed by other threads, linked,
-                                     | HAK_REMOTE_NOTIFY                      */
+                                     | count << 48 | HAK_REMOTE_NOTIFY        */
     struct hak_slab *next, *prev; /* class queue (slabs with room)           */
     struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
     uint16_t         carved;      /* blocks ever threaded onto the free list */

@@ -63,8 +63,12 @@ static void release(char *base, size_t len) {
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 
+/* cache_bytes is read without the lock (hak_get_info): written atomically. */
+static void bytes_add(size_t n) { __atomic_store_n(&cache_bytes, cache_bytes + n, __ATOMIC_RELAXED); }
+static void bytes_sub(size_t n) { __atomic_store_n(&cache_bytes, cache_bytes - n, __ATOMIC_RELAXED); }
+
 static void cache_remove(unsigned i) {
-    cache_bytes -= cache[i].len;
+    bytes_sub(cache[i].len);
     __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
     cache[i] = cache[cache_count];
 }
@@ -77,7 +81,7 @@ static char *cache_cut(unsigned i, size_t len) {
     } else {
         cache[i].base += len;
         cache[i].len -= len;
-        cache_bytes -= len;
+        bytes_sub(len);
     }
     return base;
 }
@@ -153,7 +157,7 @@ static void cache_put(char *base, size_t len) {
     bool kept = cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES;
     if (kept) {
         cache[cache_count] = (range_t){ base, len, now };
-        cache_bytes += len;
+        bytes_add(len);
         __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
     }
     hak_unlock(&cache_lock);
@@ -171,7 +175,7 @@ bool hak_large_trim_cache(void) {
         __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
         release(cache[cache_count].base, cache[cache_count].len);
     }
-    cache_bytes = 0;
+    __atomic_store_n(&cache_bytes, 0, __ATOMIC_RELAXED);
     hak_unlock(&cache_lock);
     return any;
 }

@@ -75,9 +75,9 @@ static __thread bool tls_trimming;    /* malloc_trim gives it all back itself */
 /* One pass over every heap and both caches; returns ms until the next
  * stamp falls due.  Caller holds purge_lock. */
 static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
-    hak_heap_sweep_abandoned(false);
+    /* More abandoned heaps to collect: come back at once. */
+    uint32_t wait = hak_heap_sweep_abandoned(false) ? 0 : HAK_PURGE_NONE;
     uint32_t now = hak_now_ms();
-    uint32_t wait = HAK_PURGE_NONE;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (st != HAK_HEAP_ACTIVE && st != HAK_HEAP_ABANDONED) continue;

@@ -253,16 +253,31 @@ static bool slab_collect_remote(hak_slab_t *s) {
         if ((old & ~HAK_REMOTE_NOTIFY) == 0) return false;
     } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old & HAK_REMOTE_NOTIFY,
                                                     memory_order_acquire, memory_order_relaxed));
-    hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
-    uint32_t n = 1;
+    hak_block_t *list = (hak_block_t *)(old & HAK_REMOTE_LIST), *tail = list;
+    uint32_t n = (uint32_t)(old >> HAK_REMOTE_COUNT_SHIFT);
     if (s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25) {   /* stamped for the purger */
         uint32_t now = hak_now_ms();
         hak_block_stamp(tail, now);
-        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next, n++)
+        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next)
             hak_block_stamp(next, now);
         s->owner->purge_pending += (size_t)n * hak_class_block_size[s->cls];
+    } else if (s->free == NULL) {
+        /* The usual case (the slab ran dry): the list becomes the free
+         * list as it is, unwalked; its blocks are touched as they are
+         * handed out. */
+        s->free = list;
+        s->used -= n;
+        return true;
+    } else if (s->carved - slab_used(s) < n) {
+        /* The shorter list is walked (Tiny: the free list holds every
+         * carved block that is not out), the longer one goes after it. */
+        hak_block_t *t = s->free;
+        for (hak_block_t *next; (next = hak_link_get(t)) != NULL; t = next) {}
+        hak_link_set(t, list);
+        s->used -= n;
+        return true;
     } else {
-        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) n++;
+        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) {}
     }
     hak_link_set(tail, s->free);
     s->free = list;
@@ -385,19 +400,24 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
 }
 
 /* After a local free made the slab empty, or freed into a parked slab. */
-void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_is_parked(s)) {
-        if (slab_used(s) != 0 && !slab_worth_queueing(s)) return;
-        if (slab_ss_hot(s) && slab_used(s) != 0 && !heap_abandoned(h)) {
-            slab_unpark(h, s, false);
-            return;
-        }
+static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_is_parked(s) && slab_used(s) != 0) {
+        if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
+        return;
     }
     if (slab_used(s) == 0) {
         hak_heap_lock(h);
         slab_maybe_retire(h, s);
         hak_heap_unlock(h);
     }
+}
+
+/* Most calls are frees into a parked slab that stays parked (not yet an
+ * eighth free): that answer comes first, with nothing to save. */
+void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
+    uint32_t used = s->used & ~HAK_SLAB_FULL;
+    if ((s->used & HAK_SLAB_FULL) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
+    free_slow_act(h, s);
 }
 
 
