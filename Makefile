@@ -3,7 +3,11 @@
 #   make HARDENED=1           only libhakmem_hardened.so (checked frees, encoded lists)
 #   make DEBUG=1              -O0 -g with internal assertions
 #   make L2_RING=N L25_RING=M per-thread ring capacities of the L2 / L2.5 pools
-#   make test                 every test (installs missing test dependencies)
+#   make test                 every test (installs missing test dependencies), < 10 min
+#   make check                quick suite for between commits (< 2 min): unit and
+#                             stress tests once, the real programs
+#   make soak                 every test under every setting, STRESS_SCALE=16
+#                             (an hour or more on 2 CPUs)
 #   make sanitize / fuzz      UBSan+TSan unit tests / libFuzzer (FUZZ_SECONDS=60)
 #   make bench / bench-full   benchmarks, hakmem against other allocators
 #   make install PREFIX=/usr/local DESTDIR=
@@ -35,7 +39,7 @@ CORE_SRC := $(wildcard core/*.c)
 CORE_HDR := $(wildcard core/*.h core/box/*.h)
 CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
 
-.PHONY: all lib test bench bench-full install uninstall clean benches tests sanitize fuzz
+.PHONY: all lib test check soak bench bench-full install uninstall clean benches tests sanitize fuzz
 
 ifeq ($(HARDENED),1)
 all: lib
@@ -139,15 +143,39 @@ $(BUILD)/tests-hardened/%: tests/%.c $(wildcard tests/*/*.h) $(BUILD)/libhakmem_
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a $(TEST_LDLIBS) -lcmocka -ldl
 
-# run_tests.sh last: its "N passed, N failed" line closes the output.
+# test, check and soak build with every CPU unless -j was given, and time
+# themselves from the start (TEST_START): run_tests.sh prints the elapsed
+# time on its last line, "N passed, N failed (elapsed XmYYs)".
+NPROC      := $(shell nproc 2>/dev/null || echo 2)
+PAR         = $$(case "$$MAKEFLAGS" in *-j*) ;; *) echo -j$(NPROC) ;; esac)
+TEST_START := $(shell date +%s)
+
+# run_tests.sh last: its summary line closes the output.  The two fuzzing
+# runs share the CPUs (each is one process); their output follows in order.
 test:
 	scripts/install_deps.sh test
-	$(MAKE) lib benches
-	$(MAKE) tests
+	$(MAKE) $(PAR) lib benches tests
 	scripts/run_sanitizers.sh
-	scripts/run_fuzz.sh 15
-	FUZZ_FLAVOUR=hardened scripts/run_fuzz.sh 10
-	scripts/run_tests.sh
+	@mkdir -p $(BUILD); echo "scripts/run_fuzz.sh 15 & FUZZ_FLAVOUR=hardened scripts/run_fuzz.sh 10"; \
+	  scripts/run_fuzz.sh 15 >$(BUILD)/fuzz-default.out 2>&1 & pid=$$!; \
+	  FUZZ_FLAVOUR=hardened scripts/run_fuzz.sh 10 >$(BUILD)/fuzz-hardened.out 2>&1; rh=$$?; \
+	  wait $$pid; rd=$$?; cat $(BUILD)/fuzz-default.out $(BUILD)/fuzz-hardened.out; \
+	  [ $$rd -eq 0 ] && [ $$rh -eq 0 ]
+	TEST_START=$(TEST_START) scripts/run_tests.sh
+
+# Between commits: the unit tests and one pass of the stress tests (no
+# setting, STRESS_SCALE=0.5), the real programs.
+check:
+	scripts/install_deps.sh test
+	$(MAKE) $(PAR) lib tests
+	TEST_START=$(TEST_START) scripts/run_tests.sh --quick
+
+# Every row of the gate matrix runs every test, hardened rows too, with the
+# stress tests at STRESS_SCALE=16 (set STRESS_SCALE for more or less).
+soak:
+	scripts/install_deps.sh test
+	$(MAKE) $(PAR) lib tests
+	TEST_START=$(TEST_START) scripts/run_tests.sh --soak
 
 # The unit tests under UndefinedBehaviorSanitizer and ThreadSanitizer
 # (hakmem built as a plain library, -DHAK_NO_INTERPOSE; default and hardened

@@ -14,6 +14,15 @@
  *   below()             uniform in [0, n) from the upper half of a random word
  *   now_sec()           CLOCK_MONOTONIC in seconds
  *   fatal()             exit 1 at once, without exit handlers
+ *   faults_now()        the process's page faults so far (getrusage, all threads,
+ *                       live and exited); faults_since() the delta from a sample
+ *   peak_rss_kib()      the process's peak resident set (getrusage ru_maxrss)
+ *
+ * Every benchmark's result line is
+ *   Throughput = N ops/s (..., time=T s, minflt=A, majflt=B)
+ * where minflt / majflt are the minor and major page faults of the timed
+ * region (FAULTS_FMT / FAULTS_ARGS print them); scripts parse the
+ * `Throughput = N` prefix and the key=value pairs.
  *
  * Functions a benchmark may not use are marked unused (no warnings). */
 #ifndef HAKMEM_BENCH_COMMON_H
@@ -29,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +128,43 @@ BENCH_UNUSED static void fatal(void)
 {
     fflush(stderr);
     _exit(1);
+}
+
+/* Page faults of the whole process (RUSAGE_SELF sums every thread, those
+ * that have exited included). */
+struct bench_faults {
+    uint64_t minor, major;
+};
+
+BENCH_UNUSED static struct bench_faults faults_now(void)
+{
+    struct rusage ru;
+    struct bench_faults f = { 0, 0 };
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        f.minor = (uint64_t)ru.ru_minflt;
+        f.major = (uint64_t)ru.ru_majflt;
+    }
+    return f;
+}
+
+BENCH_UNUSED static struct bench_faults faults_since(struct bench_faults start)
+{
+    struct bench_faults now = faults_now();
+    now.minor -= start.minor;
+    now.major -= start.major;
+    return now;
+}
+
+#define FAULTS_FMT        ", minflt=%" PRIu64 ", majflt=%" PRIu64
+#define FAULTS_ARGS(f)    (f).minor, (f).major
+
+/* Peak resident set of the process so far, KiB (0 if unknown). */
+BENCH_UNUSED static uint64_t peak_rss_kib(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || ru.ru_maxrss < 0)
+        return 0;
+    return (uint64_t)ru.ru_maxrss;
 }
 
 #endif /* HAKMEM_BENCH_COMMON_H */

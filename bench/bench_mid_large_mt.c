@@ -15,7 +15,9 @@
  * thread afterwards, outside the timed region.
  *
  * The single result line on stdout is
- *   Throughput = N ops/s (threads=..., cycles=..., ws=..., seed=..., time=T s)
+ *   Throughput = N ops/s (threads=..., cycles=..., ws=..., seed=..., time=T s,
+ *                         minflt=..., majflt=...)
+ * with the page faults of the timed region.
  * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
@@ -172,6 +174,7 @@ int main(int argc, char **argv)
     /* Read the clock between the two barrier phases: no worker can start
      * before t0, and thread start-up is not timed. */
     pthread_barrier_wait(&g_start);
+    struct bench_faults f0 = faults_now();
     double t0 = now_sec();
     pthread_barrier_wait(&g_start);
     for (unsigned t = 0; t < n; t++) {
@@ -182,6 +185,7 @@ int main(int argc, char **argv)
         }
     }
     double t1 = now_sec();
+    struct bench_faults df = faults_since(f0);
     pthread_barrier_destroy(&g_start);
 
     /* Cleanup outside the timed region: verify and free what is still live. */
@@ -203,7 +207,7 @@ int main(int argc, char **argv)
     double ops = (double)nthreads * (double)g_cycles;
     uint64_t tput = (uint64_t)(ops / secs);
     printf("Throughput = %" PRIu64 " ops/s (threads=%" PRIu64 ", cycles=%" PRIu64
-           ", ws=%" PRIu64 ", seed=%" PRIu64 ", time=%.6f s)\n",
-           tput, nthreads, g_cycles, g_ws, seed, secs);
+           ", ws=%" PRIu64 ", seed=%" PRIu64 ", time=%.6f s" FAULTS_FMT ")\n",
+           tput, nthreads, g_cycles, g_ws, seed, secs, FAULTS_ARGS(df));
     return 0;
 }

@@ -9,7 +9,8 @@
  * Each step is exactly one malloc or one free, so ops = cycles.
  *
  * The single result line on stdout is
- *   Throughput = N ops/s (cycles=..., ws=..., seed=..., time=T s)
+ *   Throughput = N ops/s (cycles=..., ws=..., seed=..., time=T s, minflt=..., majflt=...)
+ * with the page faults of the timed region.
  * Diagnostics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
@@ -88,6 +89,7 @@ int main(int argc, char **argv)
     uint64_t rng = seed;
     const uint64_t nslots = ws;
 
+    struct bench_faults f0 = faults_now();
     double t0 = now_sec();
     for (uint64_t i = 0; i < cycles; i++) {
         uint64_t r = rng_next(&rng);
@@ -111,6 +113,7 @@ int main(int argc, char **argv)
         }
     }
     double t1 = now_sec();
+    struct bench_faults df = faults_since(f0);
 
     for (uint64_t i = 0; i < ws; i++) {
         if (tab[i].p != NULL) {
@@ -125,7 +128,7 @@ int main(int argc, char **argv)
         secs = 1e-9;
     uint64_t tput = (uint64_t)((double)cycles / secs);
     printf("Throughput = %" PRIu64 " ops/s (cycles=%" PRIu64 ", ws=%" PRIu64
-           ", seed=%" PRIu64 ", time=%.6f s)\n",
-           tput, cycles, ws, seed, secs);
+           ", seed=%" PRIu64 ", time=%.6f s" FAULTS_FMT ")\n",
+           tput, cycles, ws, seed, secs, FAULTS_ARGS(df));
     return 0;
 }

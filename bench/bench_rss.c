@@ -1,6 +1,6 @@
 /* bench_rss — how much memory does the allocator give back by itself?
  *
- *   bench_rss [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]
+ *   bench_rss [total_mib=512] [seed=42] [settle_ms=3000] [small_pct=25]
  *
  * Step 1 allocates about total_mib MiB of live data and memsets every block
  * in full so all of it is resident.  Sizes are drawn so that small_pct % of
@@ -18,7 +18,11 @@
  * Step 2 frees a random 90% of the blocks in random order (a Fisher-Yates
  * shuffle of the table, then the first 90% of it).  Step 3 frees the rest.
  * After B and after C the RSS is polled every 50 ms for settle_ms ms, each
- * sample printed to stderr.  Nothing allocator-specific is called (no
+ * sample printed to stderr.  The default of 3 s lets allocators that give
+ * memory back after a delay (hakmem's HAKMEM_PURGE_DELAY_MS, 1 s by
+ * default; jemalloc's decay) do so, with time to spare for the madvise
+ * calls on a busy machine; the last sample is the figure reported.  Nothing
+ * allocator-specific is called (no
  * malloc_trim or similar): this measures what the allocator returns to the
  * kernel on its own.  The "t=" reported with a settled value is the time,
  * counted from the end of the frees, of the first sample after which the RSS
@@ -42,12 +46,14 @@
  *   baseline_rss_mib=...  peak_rss_mib=...
  *   after_free90: live_mib=... rss_mib=... ratio=R (t=...ms)
  *   after_free_all: rss_mib=... above_baseline_mib=... (t=...ms)
- *   Throughput = N ops/s (...)
+ *   Throughput = N ops/s (..., time=T s, minflt=..., majflt=...)
  *   rss_check after_free90_ratio=R after_free_all_above_baseline_mib=Y
  * ratio is RSS / live bytes after step 2 (1.00 would be perfect; baseline
  * memory counts against it).  Throughput counts every malloc and free over
  * steps 1..3 divided by the time spent in them, sleeps excluded; the time
  * includes the memsets and checks, so it is mostly a memory-bandwidth figure.
+ * minflt / majflt are the page faults from step 1 to the end of step 3
+ * (the polls included).
  * Exit status: 0 ok, 1 allocation failure / corruption / system error,
  * 2 bad arguments. */
 
@@ -76,7 +82,7 @@ struct block {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [total_mib=512] [seed=42] [settle_ms=500] [small_pct=25]\n"
+            "usage: " PROG " [total_mib=512] [seed=42] [settle_ms=3000] [small_pct=25]\n"
             "  total_mib  live data allocated in step 1, MiB, 1..%u\n"
             "  seed       PRNG seed (non-negative integer)\n"
             "  settle_ms  how long to poll RSS after each free step, 0..%u ms\n"
@@ -276,7 +282,7 @@ static uint64_t poll_rss(const char *label, uint64_t settle_ms, uint64_t *settle
 
 int main(int argc, char **argv)
 {
-    uint64_t total_mib = 512, seed = 42, settle_ms = 500;
+    uint64_t total_mib = 512, seed = 42, settle_ms = 3000;
 
     bench_check_args(argc, argv, 4);
     arg_or_die(argc, argv, 1, "total_mib", 1, TOTAL_LIMIT, &total_mib);
@@ -319,6 +325,7 @@ int main(int argc, char **argv)
 
     /* ---- Step 1: allocate and touch everything -------------------------- */
     const uint64_t baseline = sample();
+    struct bench_faults f0 = faults_now();
     uint64_t live = 0, small_bytes = 0;
     size_t small_blocks = 0;
     double t0 = now_sec();
@@ -381,6 +388,7 @@ int main(int argc, char **argv)
     uint64_t atall = 0;
     const uint64_t rssall = poll_rss("after_free_all", settle_ms, &atall);
 
+    struct bench_faults df = faults_since(f0);
     munmap(g_table, g_table_len);
 
     double ratio = live90 ? (double)rss90 / (double)live90 : 0.0;
@@ -396,8 +404,8 @@ int main(int argc, char **argv)
     printf("after_free_all: rss_mib=%.2f above_baseline_mib=%.2f (t=%" PRIu64 "ms)\n",
            (double)rssall / MIB, above, atall);
     printf("Throughput = %" PRIu64 " ops/s (total_mib=%" PRIu64 ", seed=%" PRIu64
-           ", blocks=%zu, ops=%" PRIu64 ", time=%.6f s)\n",
-           (uint64_t)((double)ops / secs), total_mib, seed, n, ops, secs);
+           ", blocks=%zu, ops=%" PRIu64 ", time=%.6f s" FAULTS_FMT ")\n",
+           (uint64_t)((double)ops / secs), total_mib, seed, n, ops, secs, FAULTS_ARGS(df));
     printf("rss_check after_free90_ratio=%.2f after_free_all_above_baseline_mib=%.2f\n",
            ratio, above);
     return 0;

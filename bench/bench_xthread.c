@@ -24,8 +24,9 @@
  *
  * The single result line on stdout is
  *   Throughput = N ops/s (seconds=..., min=..., max=..., batch=..., seed=...,
- *                         blocks=..., time=T s)
- * where N = (mallocs + frees) / time; every malloc is matched by a free.
+ *                         blocks=..., time=T s, minflt=..., majflt=...)
+ * where N = (mallocs + frees) / time; every malloc is matched by a free;
+ * minflt / majflt are the page faults of the timed region.
  * Queue statistics go to stderr.  Exit status: 0 ok, 1 allocation failure or
  * detected heap corruption, 2 bad arguments. */
 
@@ -238,11 +239,13 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": pthread_create: %s\n", strerror(e));
         return 1;
     }
+    struct bench_faults f0 = faults_now();
     double t0 = now_sec();
     pthread_barrier_wait(&g_start);
     pthread_join(tp, NULL);
     pthread_join(tc, NULL);
     double secs = now_sec() - t0;
+    struct bench_faults df = faults_since(f0);
     pthread_barrier_destroy(&g_start);
     free(items);
 
@@ -258,8 +261,9 @@ int main(int argc, char **argv)
             "on a full queue %" PRIu64 " times, consumer on an empty one %" PRIu64 " times\n",
             g_produced, q.tail, q.full_waits, q.empty_waits);
     printf("Throughput = %" PRIu64 " ops/s (seconds=%" PRIu64 ", min=%" PRIu64 ", max=%"
-           PRIu64 ", batch=%" PRIu64 ", seed=%" PRIu64 ", blocks=%" PRIu64 ", time=%.6f s)\n",
+           PRIu64 ", batch=%" PRIu64 ", seed=%" PRIu64 ", blocks=%" PRIu64 ", time=%.6f s"
+           FAULTS_FMT ")\n",
            (uint64_t)((double)ops / secs), g_seconds, g_min, g_max, g_batch, g_seed,
-           g_produced, secs);
+           g_produced, secs, FAULTS_ARGS(df));
     return 0;
 }

@@ -284,6 +284,9 @@ void hak_get_info(hak_info_t *info) {
     info->large_mapped = atomic_load_explicit(&hak_large_mapped, memory_order_relaxed);
     info->large_cached = hak_large_cached_bytes();
     hak_heap_counts(&info->heaps, &info->heaps_abandoned);
+    info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
+    info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
+    info->purge_delay_ms = (size_t)hak_opt.purge_delay_ms;
 }
 
 int hak_profile_sampled(const void *p) {
@@ -293,14 +296,10 @@ int hak_profile_sampled(const void *p) {
 }
 
 /* glibc's pad (memory to keep at the top of the heap) has no meaning here:
- * everything free goes back. */
+ * everything free goes back, from every thread's heap (hakmem_purge.c). */
 int hak_trim(size_t pad) {
     (void)pad;
-    bool any = hak_heap_trim();
-    any |= hak_profile_trim();
-    any |= hak_large_trim_cache();
-    any |= hak_ss_trim_cache();
-    return any ? 1 : 0;
+    return hak_purge_everything() ? 1 : 0;
 }
 
 /* ---- the libc names ------------------------------------------------------------------

@@ -62,13 +62,18 @@ HAK_API hak_tier_t hak_class_tier(int cls);
 HAK_API int        hak_class_count(void);
 
 /* A snapshot of the backend: SuperSlabs by tier (HOT takes allocations,
- * DRAINING is emptying out, FREE is empty, decommitted and cached), bytes
- * mapped for large blocks (and how many of them sit in the cache), and
- * thread heaps (abandoned: their thread exited, waiting for a new one). */
+ * DRAINING is emptying out, FREE is empty and cached), bytes mapped for
+ * large blocks (and how many of them sit in the cache), thread heaps
+ * (abandoned: their thread exited, waiting for a new one), and what has
+ * gone back to the OS so far: bytes, and calls (madvise(MADV_DONTNEED) or
+ * munmap of memory hakmem had used; memory reused within the purge delay
+ * never adds to them), and the purge delay in effect. */
 typedef struct {
     size_t ss_hot, ss_draining, ss_free;
     size_t large_mapped, large_cached;
     size_t heaps, heaps_abandoned;
+    size_t released, decommits;
+    size_t purge_delay_ms;          /* HAKMEM_PURGE_DELAY_MS in effect */
 } hak_info_t;
 
 HAK_API void hak_get_info(hak_info_t *info);

@@ -68,6 +68,7 @@ void hak_os_retire_range(void *base, size_t len) {
         return;
     }
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_decommit_count, 1, memory_order_relaxed);
     dead_record(base, len);
 }
 

@@ -27,7 +27,17 @@
  * owner touches a slab's free list and counts: no atomics on the owner path.
  * A SuperSlab is HOT (takes new slabs), DRAINING (mostly empty: its slabs
  * serve frees but no allocations, so it can empty out) or FREE (empty,
- * decommitted, cached for reuse or unmapped).
+ * cached for any heap to reuse, unmapped once its pages have gone back).
+ *
+ * Giving memory back (hakmem_purge.c)
+ * ------------------
+ * By time, never on an event: free pages, free L2.5 blocks, free pages of
+ * one-page L2 slabs and freed large mappings are stamped when they become
+ * free and go back to the OS once unused for HAKMEM_PURGE_DELAY_MS (default
+ * 1 s), so memory reused sooner is never faulted in again.  A purger thread
+ * does it, existing only while something is stamped; it reaches a live
+ * heap through that heap's lock, which the owner takes only on slow paths.
+ * malloc_trim does the same at once for every heap.
  *
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
@@ -35,9 +45,11 @@
  *                        slab, free pushes onto the block's slab.
  *   L2     1 KiB..52 KiB  per-thread LIFO ring of block pointers per class
  *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
- *                        front of the same slabs; refilled/flushed in batches.
- *   Large  > 1 MiB       its own mapping (a whole number of chunks), with a
- *                        small cache of freed mappings and mremap growth.
+ *                        front of the same slabs; refilled/flushed in batches
+ *                        (a class's first refills in a heap take 1, 2, 4...).
+ *   Large  > 1 MiB       its own mapping (a whole number of chunks), taken
+ *                        from a cache of freed ranges (split and merged) when
+ *                        one fits; mremap growth.
  *
  * Threads
  * -------
@@ -48,10 +60,12 @@
  * one exchange when that slab runs dry.  A slab its owner no longer watches
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
  * first remote free into it hands it to the owner's notify stack.  When a
- * thread exits its heap is flushed and abandoned; the next new thread adopts
- * it whole, and meanwhile running threads now and then collect its remote
- * frees and give its empty memory back.  Heaps are never unmapped, which is
- * what lets a remote free read slab->owner and push without a lock.
+ * thread exits its rings are flushed and its heap abandoned, warm, with
+ * every slab parked and armed; the next new thread adopts it whole, and
+ * meanwhile remote frees into it wake the purger, which collects them (as
+ * running threads' housekeeping does now and then).  Heaps are never
+ * unmapped, which is what lets a remote free read slab->owner and push
+ * without a lock.
  */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H
@@ -139,6 +153,8 @@
 enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,
        HAK_CHUNK_PROF = 4 };
 
+typedef struct { _Atomic int held; } hak_lock_t;
+
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
 
@@ -153,6 +169,13 @@ struct hak_ring;
  * hands the slab to its owner (heap->notify): the owner set it when it took
  * the slab off its queue and stopped looking at it. */
 #define HAK_REMOTE_NOTIFY ((uintptr_t)1)
+/* The remote word: the last block freed remotely (16-byte aligned, below
+ * 2^47), NOTIFY in bit 0, and in its top 16 bits how many blocks the list
+ * holds (a slab has at most 4096), so the owner takes the list without
+ * walking it to count. */
+#define HAK_REMOTE_COUNT_SHIFT 48
+#define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
+#define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
 
 /* The free check's view of a page's slab (box/free_check_box.h): blocks
  * start at the address whose low 32 bits are `start`; a pointer is a block
@@ -187,7 +210,7 @@ typedef struct hak_slab {
     /* -- slow paths only -- */
     _Atomic(uintptr_t) remote __attribute__((aligned(64)));
                                   /* blocks freed by other threads, linked,
-                                     | HAK_REMOTE_NOTIFY                      */
+                                     | count << 48 | HAK_REMOTE_NOTIFY        */
     struct hak_slab *next, *prev; /* class queue (slabs with room)           */
     struct hak_slab *notify_next; /* link in the owner's heap->notify stack  */
     uint16_t         carved;      /* blocks ever threaded onto the free list */
@@ -217,6 +240,9 @@ typedef struct hak_superslab {
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
+    uint32_t              dirty_at[HAK_SS_PAGES]; /* hak_now_ms() when a dirty
+                                     page was freed: it goes back to the OS
+                                     once it has stayed free for the delay  */
 } hak_superslab_t;
 
 #define HAK_SS_MAGIC 0x68616b53534d656dULL
@@ -263,14 +289,24 @@ typedef struct hak_heap {
     bool             keep_spares;  /* keep an empty slab per class and one
                                       empty SuperSlab: off while trimming and
                                       for abandoned heaps                   */
+    size_t           purge_pending; /* owner: bytes stamped for the purger
+                                      since it was last made sure of        */
+    _Atomic bool     trim_request; /* malloc_trim from another thread: flush
+                                      the rings at the next slow path       */
+    /* Taken by the owner on its slow paths around what the purger and
+     * malloc_trim of other threads touch (hak_heap_lock, below). */
+    hak_lock_t       lock;
+    unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
-    unsigned         dirty_budget; /* ... allowed before they are decommitted */
-    unsigned         dirty_reused; /* dirty pages taken again since the last purge */
-    int              state;
+    int              state;        /* written under heap_lock; remote freers
+                                      peek at it (relaxed)                  */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
+    uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next ring
+                                      refill of the class takes: starts at 1
+                                      for a new thread, doubles per refill  */
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
     size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
                                       written by the heap's owner only     */
@@ -294,12 +330,13 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-/* hakmem's spin locks guard only slow paths.  While a thread runs fork()
- * it holds every one of them (hakmem_heap.c), from hakmem's prepare handler
- * to its parent or child handler; other libraries' fork handlers run before
- * or after ours in any order and may allocate, so in that thread the locks
- * let it through (hak_tls_fork_locked) instead of waiting for itself. */
-typedef struct { _Atomic int held; } hak_lock_t;
+/* hakmem's spin locks (hak_lock_t, above) guard only slow paths.  While a
+ * thread runs fork() it holds every global one (hakmem_heap.c), from
+ * hakmem's prepare handler to its parent or child handler, and the purge
+ * lock, so no other thread is inside another heap's lock either; other
+ * libraries' fork handlers run before or after ours in any order and may
+ * allocate, so in that thread the locks let it through
+ * (hak_tls_fork_locked) instead of waiting for itself. */
 extern __thread bool hak_tls_fork_locked;
 HAK_INTERNAL void hak_lock(hak_lock_t *l);
 HAK_INTERNAL bool hak_trylock(hak_lock_t *l);
@@ -349,11 +386,61 @@ HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
 HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
 
+/* Giving memory back by time (hakmem_purge.c).  Free memory is stamped with
+ * hak_now_ms() when it becomes free and goes back to the OS once it has
+ * stayed unused for HAKMEM_PURGE_DELAY_MS: the purger thread (started when
+ * something is stamped, gone when nothing is left) or, where no thread can
+ * be made, the slow paths.  The purge functions return how many ms until
+ * the next stamped item falls due, HAK_PURGE_NONE if none is left. */
+#ifndef HAK_PURGE_DELAY_DEFAULT
+#define HAK_PURGE_DELAY_DEFAULT 1000
+#endif
+#define HAK_PURGE_NONE UINT32_MAX
+HAK_INTERNAL uint32_t hak_now_ms(void);
+/* Due: stamped at `at`, unused for the delay by `now` (or `force`: trim). */
+static inline bool hak_purge_due(uint32_t at, uint32_t now, uint32_t delay, uint32_t *wait) {
+    uint32_t age = now - at;
+    if (age >= delay) return true;
+    if (delay - age < *wait) *wait = delay - age;
+    return false;
+}
+HAK_INTERNAL void hak_purge_kick(void);
+/* A heap starts the purger once this much of its memory is stamped: a
+ * program that frees less never has one (it is not worth a thread). */
+#define HAK_PURGE_KICK_MIN ((size_t)4 << 20)
+HAK_INTERNAL void hak_purge_inline(void);
+HAK_INTERNAL bool hak_purge_everything(void);
+HAK_INTERNAL void hak_purge_wake(void);
+HAK_INTERNAL void hak_purge_fork_prepare(void);
+HAK_INTERNAL void hak_purge_fork_parent(void);
+HAK_INTERNAL void hak_purge_fork_child(void);
+HAK_INTERNAL extern _Atomic uint64_t hak_decommit_count;
+
+/* The heap lock.  The owner takes it on its slow paths (nestable: only the
+ * owner uses lock_depth) around the state other threads' purges read and
+ * change: its SuperSlab list and page maps, and the free lists of its L2 and
+ * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
+ * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
+ * Letting go of it starts the purger if enough was stamped meanwhile. */
+static inline void hak_heap_lock(hak_heap_t *h) {
+    if (h->lock_depth++ == 0) hak_lock(&h->lock);
+}
+static inline void hak_heap_unlock(hak_heap_t *h) {
+    if (--h->lock_depth == 0) {
+        hak_unlock(&h->lock);
+        if (h->purge_pending >= HAK_PURGE_KICK_MIN) {
+            h->purge_pending = 0;
+            hak_purge_kick();
+        }
+    }
+}
+
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
                                           bool page0);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL bool hak_ss_purge_heap(hak_heap_t *h);
+HAK_INTERNAL uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
 HAK_INTERNAL extern _Atomic size_t hak_ss_count[3];
@@ -369,21 +456,42 @@ HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL void hak_slab_purge(hak_slab_t *s);
+HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
+HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 
-/* A slab whose owner has freed half its blocks since its last purge is
- * worth a look for whole 4 KiB pages with no live block (one-page L2 slabs:
- * their blocks are big enough for pages to empty out).  Checked as blocks
- * fall out of the owner's ring. */
-static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
+/* Free blocks of the ring classes (L2 and L2.5, 1280 B and up) carry in their
+ * third word when they went back to their slab: hak_now_ms() << 1 | 1, or 0
+ * once nothing of them beyond their first 4 KiB is resident (an L2.5 block
+ * given back, or never used).  The first two words are the link and the
+ * freed-mark. */
+static inline void hak_block_stamp(void *p, uint32_t now) {
+    ((uint64_t *)p)[2] = (uint64_t)now << 1 | 1;
+}
+static inline uint64_t hak_block_stamp_of(const void *p) { return ((const uint64_t *)p)[2]; }
+static inline void hak_block_clean(void *p) { ((uint64_t *)p)[2] = 0; }
+
+/* Slabs whose free blocks may give pages back while the slab lives: L2.5
+ * slabs (each free block but its first page) and one-page L2 slabs (whole
+ * 4 KiB pages with no live block; their blocks are big enough for pages to
+ * empty out). */
+static inline bool hak_slab_purgeable(const hak_slab_t *s) {
+    if (s->tier == HAK_TIER_L25) return true;
 #ifdef HAK_HARDENED
-    /* The hardened build keeps live slabs whole: its free check then needs
-     * no test for blocks on given-back pages (see hardened_box.h). */
-    (void)s, (void)used;
+    /* The hardened build keeps live L2 slabs whole: its free check then
+     * needs no test for blocks on given-back pages (see hardened_box.h). */
     return false;
 #else
-    return s->tier == HAK_TIER_L2 && s->npages == 1 && used != 0 && used * 2u <= s->purge_mark;
+    return s->tier == HAK_TIER_L2 && s->npages == 1;
 #endif
+}
+
+/* HAKMEM_PURGE_DELAY_MS=0 (give back at once): a one-page L2 slab whose
+ * owner has freed half its blocks since its last purge is looked at for
+ * whole free pages, as blocks fall out of the owner's ring. */
+static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
+    return hak_slab_purgeable(s) && s->tier == HAK_TIER_L2 && used != 0 &&
+           used * 2u <= s->purge_mark;
 }
 
 /* Tiny (hakmem_tiny.c) */
@@ -401,6 +509,7 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
+HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 
@@ -411,6 +520,7 @@ HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
+HAK_INTERNAL uint32_t hak_large_purge(uint32_t now, uint32_t delay);
 HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
 HAK_INTERNAL extern _Atomic size_t hak_large_live;   /* live large blocks (hakmem.c) */
@@ -438,7 +548,6 @@ HAK_INTERNAL void  hak_profile_moved(void *from, void *to, size_t size);
 HAK_INTERNAL void  hak_profile_free(void *p);
 HAK_INTERNAL void  hak_profile_resized(void *p, size_t size);
 HAK_INTERNAL bool  hak_profile_has_record(const void *p);
-HAK_INTERNAL bool  hak_profile_trim(void);
 HAK_INTERNAL void  hak_profile_lock_all(void);
 HAK_INTERNAL void  hak_profile_unlock_all(void);
 HAK_INTERNAL void  hak_profile_fork_child(void);
@@ -451,11 +560,17 @@ HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
-HAK_INTERNAL bool hak_heap_trim(void);
 HAK_INTERNAL bool hak_heap_release_abandoned(void);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 /* Sums over every heap, for mallinfo2: pages in slab spans and free pages
  * still resident (each heap's owner writes its own counts). */
 HAK_INTERNAL void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages);
+HAK_INTERNAL void hak_heap_trim_self(hak_heap_t *h);
+HAK_INTERNAL bool hak_heap_sweep_abandoned(bool all);
+HAK_INTERNAL hak_heap_t *hak_heap_first(void);
+HAK_INTERNAL size_t hak_heap_active_count(void);
+static inline int hak_heap_state(const hak_heap_t *h) {
+    return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+}
 
 #endif /* HAKMEM_INTERNAL_H */

@@ -1,10 +1,19 @@
 /* Large tier (> 1 MiB, or any over-aligned request that no class serves):
  * one mapping per block, a whole number of 4 MiB chunks aligned to 4 MiB
  * (marked HAK_CHUNK_LARGE in the chunk map, so no other memory shares its
- * chunks), with a 64-byte header right before the user pointer.  Freed
- * mappings wait in a small cache; realloc grows with mremap. */
+ * chunks), with a 64-byte header right before the user pointer.
+ *
+ * Freed mappings are kept, resident, in a cache of address ranges: a new
+ * block of any size takes the best-fitting range (split: the rest stays
+ * cached), adjacent ranges merge, and realloc grows into the cached range
+ * right after a block before it asks mremap.  So a program that replaces
+ * big buffers of varying sizes reuses the same memory without page faults.
+ * A range goes back to the OS once it has stayed unused for the purge delay
+ * (hak_large_purge, from the purger), when the cache is over its byte bound
+ * (oldest first), or when a mapping fails (make_room). */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
+#include "hakmem_options.h"
 
 #include <errno.h>
 #include <string.h>
@@ -36,50 +45,15 @@ static char *block_at(char *base, size_t len, size_t off) {
 }
 
 /* ---- the cache of freed mappings ------------------------------------------ */
-#define LARGE_CACHE_SLOTS 8
-#define LARGE_CACHE_BYTES ((size_t)64 << 20)
-#define LARGE_CACHE_MAX_ENTRY ((size_t)32 << 20)
+#define LARGE_CACHE_SLOTS 64
+#define LARGE_CACHE_BYTES ((size_t)1 << 30)
+
+typedef struct { char *base; size_t len; uint32_t at; } range_t;
 
 static hak_lock_t cache_lock;
-static struct { char *base; size_t len; } cache[LARGE_CACHE_SLOTS];
+static range_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
 static size_t cache_bytes;
-
-/* Smallest cached mapping of at least len bytes and at most twice that. */
-static char *cache_take(size_t len, size_t *got_len) {
-    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return NULL;
-    char *base = NULL;
-    hak_lock(&cache_lock);
-    int best = -1;
-    for (unsigned i = 0; i < cache_count; i++)
-        if (cache[i].len >= len && cache[i].len / 2 <= len &&
-            (best < 0 || cache[i].len < cache[best].len))
-            best = (int)i;
-    if (best >= 0) {
-        base = cache[best].base;
-        *got_len = cache[best].len;
-        cache_bytes -= cache[best].len;
-        __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
-        cache[best] = cache[cache_count];
-    }
-    hak_unlock(&cache_lock);
-    return base;
-}
-
-static bool cache_put(char *base, size_t len) {
-    if (len > LARGE_CACHE_MAX_ENTRY) return false;
-    bool ok = false;
-    hak_lock(&cache_lock);
-    if (cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES) {
-        cache[cache_count].base = base;
-        cache[cache_count].len = len;
-        __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
-        cache_bytes += len;
-        ok = true;
-    }
-    hak_unlock(&cache_lock);
-    return ok;
-}
 
 /* Bytes mapped for large blocks, live or cached, for hak_get_info. */
 _Atomic size_t hak_large_mapped;
@@ -87,6 +61,109 @@ _Atomic size_t hak_large_mapped;
 static void release(char *base, size_t len) {
     hak_os_retire_range(base, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
+}
+
+/* cache_bytes is read without the lock (hak_get_info): written atomically. */
+static void bytes_add(size_t n) { __atomic_store_n(&cache_bytes, cache_bytes + n, __ATOMIC_RELAXED); }
+static void bytes_sub(size_t n) { __atomic_store_n(&cache_bytes, cache_bytes - n, __ATOMIC_RELAXED); }
+
+static void cache_remove(unsigned i) {
+    bytes_sub(cache[i].len);
+    __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
+    cache[i] = cache[cache_count];
+}
+
+/* Take len bytes from cached range i: its start; the rest stays. */
+static char *cache_cut(unsigned i, size_t len) {
+    char *base = cache[i].base;
+    if (cache[i].len == len) {
+        cache_remove(i);
+    } else {
+        cache[i].base += len;
+        cache[i].len -= len;
+        bytes_sub(len);
+    }
+    return base;
+}
+
+/* The smallest cached range of at least len bytes (chunk multiples, so any
+ * split keeps every part chunk-aligned). */
+static char *cache_take(size_t len) {
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return NULL;
+    char *base = NULL;
+    hak_lock(&cache_lock);
+    int best = -1;
+    for (unsigned i = 0; i < cache_count; i++)
+        if (cache[i].len >= len && (best < 0 || cache[i].len < cache[best].len)) best = (int)i;
+    if (best >= 0) base = cache_cut((unsigned)best, len);
+    hak_unlock(&cache_lock);
+    return base;
+}
+
+/* The cached range starting exactly at `at`, if it has len bytes: realloc
+ * grows into it in place. */
+static bool cache_take_at(char *at, size_t len) {
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return false;
+    bool ok = false;
+    hak_lock(&cache_lock);
+    for (unsigned i = 0; i < cache_count; i++) {
+        if (cache[i].base != at) continue;
+        if (cache[i].len >= len) {
+            cache_cut(i, len);
+            ok = true;
+        }
+        break;
+    }
+    hak_unlock(&cache_lock);
+    return ok;
+}
+
+/* Under cache_lock: the oldest range out, into *out (to release after). */
+static bool cache_evict_oldest(range_t *out) {
+    if (cache_count == 0) return false;
+    unsigned old = 0;
+    for (unsigned i = 1; i < cache_count; i++)
+        if ((int32_t)(cache[i].at - cache[old].at) < 0) old = i;
+    *out = cache[old];
+    cache_remove(old);
+    return true;
+}
+
+/* A freed range: merged with cached neighbours (the merged range takes the
+ * newest stamp: nothing goes back early), room made by sending the oldest
+ * ranges back.  With delay 0, or bigger than the whole cache, it goes back
+ * at once. */
+static void cache_put(char *base, size_t len) {
+    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES) {
+        release(base, len);
+        return;
+    }
+    uint32_t now = hak_now_ms();
+    range_t out[4];
+    unsigned nout = 0;
+    hak_lock(&cache_lock);
+    for (unsigned i = 0; i < cache_count;) {
+        if (cache[i].base + cache[i].len == base || base + len == cache[i].base) {
+            if (cache[i].base < base) base = cache[i].base;
+            len += cache[i].len;
+            cache_remove(i);
+            continue;
+        }
+        i++;
+    }
+    while ((cache_count == LARGE_CACHE_SLOTS || cache_bytes + len > LARGE_CACHE_BYTES) &&
+           nout < 4 && cache_evict_oldest(&out[nout]))
+        nout++;
+    bool kept = cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES;
+    if (kept) {
+        cache[cache_count] = (range_t){ base, len, now };
+        bytes_add(len);
+        __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
+    }
+    hak_unlock(&cache_lock);
+    for (unsigned i = 0; i < nout; i++) release(out[i].base, out[i].len);
+    if (!kept) release(base, len);
+    else hak_purge_kick();
 }
 
 size_t hak_large_cached_bytes(void) { return __atomic_load_n(&cache_bytes, __ATOMIC_RELAXED); }
@@ -98,9 +175,27 @@ bool hak_large_trim_cache(void) {
         __atomic_store_n(&cache_count, cache_count - 1, __ATOMIC_RELAXED);
         release(cache[cache_count].base, cache[cache_count].len);
     }
-    cache_bytes = 0;
+    __atomic_store_n(&cache_bytes, 0, __ATOMIC_RELAXED);
     hak_unlock(&cache_lock);
     return any;
+}
+
+/* The purger: ranges unused for the delay go back. */
+uint32_t hak_large_purge(uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return wait;
+    hak_lock(&cache_lock);
+    for (unsigned i = 0; i < cache_count;) {
+        if (hak_purge_due(cache[i].at, now, delay, &wait)) {
+            range_t r = cache[i];
+            cache_remove(i);
+            release(r.base, r.len);
+            continue;
+        }
+        i++;
+    }
+    hak_unlock(&cache_lock);
+    return wait;
 }
 
 void hak_large_lock_all(void)   { hak_lock(&cache_lock); }
@@ -121,12 +216,8 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     char *base = NULL;
     if (map_align == HAK_CHUNK_SIZE) {
-        size_t got;
-        base = cache_take(len, &got);
-        if (base != NULL) {
-            len = got;
-            if (zero) memset(base + off, 0, size);
-        }
+        base = cache_take(len);
+        if (base != NULL && zero) memset(base + off, 0, size);   /* it was used */
     }
     if (base == NULL) {
         hak_ensure_init();
@@ -155,12 +246,22 @@ void hak_large_free(void *p) {
     char *base = h->base;
     size_t len = h->len;
     h->magic = 0;
-    if (!cache_put(base, len)) release(base, len);
+    cache_put(base, len);
 }
 
 size_t hak_large_usable(const void *p) {
     large_hdr_t *h = hdr_of(p);
     return (size_t)(h->base + h->len - (const char *)p);
+}
+
+/* A copy, for a block mremap cannot move: one made of ranges the cache had
+ * merged spans several kernel mappings, which mremap refuses. */
+static void *realloc_by_copy(void *p, size_t size, size_t old_usable) {
+    void *q = hak_large_alloc(size, 0, false);
+    if (q == NULL) return NULL;
+    memcpy(q, p, old_usable < size ? old_usable : size);
+    hak_large_free(p);
+    return q;
 }
 
 /* Resize in place or move the pages with mremap; NULL (errno ENOMEM) leaves
@@ -176,16 +277,14 @@ void *hak_large_realloc(void *p, size_t size) {
     size_t new_len = (off + size + HAK_CHUNK_SIZE - 1) & ~(HAK_CHUNK_SIZE - 1);
     if (new_len == len) return p;
     int saved = errno;
-    if (new_len < len) {                       /* shrink: give the tail back */
-        hak_chunk_map_set(base + new_len, len - new_len, HAK_CHUNK_NONE);
-        if (mremap(base, len, new_len, 0) == MAP_FAILED) {
-            hak_chunk_map_set(base + new_len, len - new_len, HAK_CHUNK_LARGE);
-            errno = saved;
-            return p;
-        }
+    if (new_len < len) {                       /* shrink: the tail to the cache */
         h->len = new_len;
-        atomic_fetch_sub_explicit(&hak_large_mapped, len - new_len, memory_order_relaxed);
+        cache_put(base + new_len, len - new_len);
         errno = saved;
+        return p;
+    }
+    if (cache_take_at(base + len, new_len - len)) {      /* grow into a freed neighbour */
+        h->len = new_len;
         return p;
     }
     if (mremap(base, len, new_len, 0) != MAP_FAILED) {     /* grow in place */
@@ -213,8 +312,10 @@ void *hak_large_realloc(void *p, size_t size) {
         hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
         hak_chunk_map_set(nb, new_len, HAK_CHUNK_NONE);
         hak_os_unmap_unused(nb, new_len);
-        errno = ENOMEM;
-        return NULL;
+        void *q = realloc_by_copy(p, size, len - off);
+        if (q == NULL) errno = ENOMEM;
+        else errno = saved;
+        return q;
     }
     atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
     hak_os_retire_moved(base, len);

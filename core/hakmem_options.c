@@ -17,6 +17,7 @@ hak_options_t hak_opt = {
     .l2_ring_cap = POOL_L2_RING_CAP,
     .l25_ring_cap = POOL_L25_RING_CAP,
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
+    .purge_delay_ms = HAK_PURGE_DELAY_DEFAULT,
     .profile = "",
     .profile_rate = 512 * 1024,
 };
@@ -56,6 +57,8 @@ static const option_t options[] = {
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
       "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
       lookup_kinds, NULL },
+    { "HAKMEM_PURGE_DELAY_MS", &hak_opt.purge_delay_ms, HAK_PURGE_DELAY_DEFAULT, 0, 3600000,
+      "ms free memory stays resident unused before it goes back to the OS (0: at once)", NULL, NULL },
     { "HAKMEM_PROFILE", NULL, 0, 0, 0,
       "heap profile file (%p: the pid): sample allocations, write the live heap at exit",
       NULL, &hak_opt.profile },

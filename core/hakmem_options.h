@@ -15,6 +15,7 @@ typedef struct {
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */
     int tiny_c2_cache;      /* HAKMEM_TINY_C2_LOCAL_CACHE: cache for 32 B blocks */
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
+    int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
     const char *profile;    /* HAKMEM_PROFILE: heap profile path ("" = off)     */
     int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
     int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */

@@ -56,6 +56,7 @@ void hak_os_unmap_unused(void *p, size_t len) {
 void hak_os_unmap(void *p, size_t len) {
     hak_os_unmap_unused(p, len);
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_decommit_count, 1, memory_order_relaxed);
 }
 
 void hak_os_decommit(void *p, size_t len) {
@@ -63,6 +64,7 @@ void hak_os_decommit(void *p, size_t len) {
     madvise(p, len, MADV_DONTNEED);
     errno = saved;
     atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_decommit_count, 1, memory_order_relaxed);
 }
 
 /* len and align are multiples of the page size; align is a power of two. */

@@ -11,6 +11,24 @@
 #include <errno.h>
 #include <string.h>
 
+hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
+
+/* A heap's ring of a class is set up when the heap first uses the class,
+ * so a new thread's heap touches only the rings it needs (each L2 ring is
+ * 392 B; all of them, 9 KiB). */
+static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
+    hak_ring_t *r;
+    if (cls < HAK_L25_FIRST) {
+        r = &h->l2[cls - HAK_L2_FIRST].r;
+        r->cap = (uint32_t)hak_opt.l2_ring_cap;
+    } else {
+        r = &h->l25[cls - HAK_L25_FIRST].r;
+        r->cap = hak_l25_ring_cap(cls);
+    }
+    h->ring[cls] = r;
+    return r;
+}
+
 HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r) {
     unsigned cls = hak_mid_class(size);
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
@@ -22,7 +40,18 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t 
     }
     /* The fast path's countdown happens only when it has a block. */
     if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
+    if (r == &hak_empty_ring) r = ring_open(h, cls);
+    if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
+        hak_heap_trim_self(h);
+    /* Half a ring, but a class a thread has just started to use gets one
+     * block, then 2, 4, ...: a thread that needs one block does not take
+     * (and touch) a ring's worth. */
     unsigned want = r->cap > 1 ? r->cap / 2 : 1;
+    unsigned batch = h->refill_batch[cls];
+    if (batch < want) {
+        want = batch;
+        h->refill_batch[cls] = (uint8_t)(batch * 2);
+    }
     unsigned got = hak_class_take(h, cls, r->slot, want);
     if (got == 0) {
         errno = ENOMEM;
@@ -41,76 +70,95 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t 
 
 typedef struct { hak_slab_t *slab; uint32_t n; } deferred_t;
 
-static void defer_apply(hak_heap_t *h, deferred_t *d) {
+static void defer_apply(hak_heap_t *h, deferred_t *d, uint32_t now) {
     hak_slab_t *s = d->slab;
     if (s == NULL) return;
     uint32_t used = (s->used & ~HAK_SLAB_FULL) - d->n;
-    bool purge = hak_slab_purge_due(s, used);
+    bool purge = hak_opt.purge_delay_ms == 0 && hak_slab_purge_due(s, used);
     s->used -= d->n;
     if (used == 0 || (s->used & HAK_SLAB_FULL)) hak_slab_free_slow(h, s);
-    else if (purge) hak_slab_purge(s);
+    else if (purge) hak_slab_purge(s, now, 0);
     d->slab = NULL;
 }
 
-static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n) {
+static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t now) {
     deferred_t d[DEFER_SLOTS] = { { NULL, 0 } };
     for (unsigned i = 0; i < n; i++) {
         hak_block_t *b = blocks[i];
         hak_slab_t *s = hak_slab_of(b);
         hak_link_set(b, s->free);
+        hak_block_stamp(b, now);
         s->free = b;
         deferred_t *slot = &d[((uintptr_t)s / sizeof(hak_slab_t)) % DEFER_SLOTS];
         if (slot->slab != s) {
-            defer_apply(h, slot);
+            defer_apply(h, slot, now);
             slot->slab = s;
             slot->n = 0;
         }
         slot->n++;
     }
-    for (unsigned i = 0; i < DEFER_SLOTS; i++) defer_apply(h, &d[i]);
+    for (unsigned i = 0; i < DEFER_SLOTS; i++) defer_apply(h, &d[i], now);
 }
 
-/* Return the oldest blocks to their slabs, keeping the newest `keep`. */
+/* Return the oldest blocks to their slabs, keeping the newest `keep`.  The
+ * blocks stay resident, stamped: the purger gives their pages back once
+ * they have stayed unused for the delay (hak_slab_purge), unless a refill
+ * takes them first.  With delay 0 they go at once. */
 void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
-    if (hak_opt.mid_inuse_deferred && n != 0 && hak_slab_of(r->slot[0])->tier == HAK_TIER_L2) {
-        flush_deferred(h, r->slot, n);
-        memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
-        r->count -= n;
-        return;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        void *p = r->slot[i];
-        hak_slab_t *s = hak_slab_of(p);
-        if (s->tier == HAK_TIER_L25) hak_l25_block_decommit(p, s->cls);
-        /* decided before the free, which may retire the slab */
-        bool purge = hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
-        hak_tiny_free(h, s, p);
-        if (purge) hak_slab_purge(s);
+    if (n == 0) return;
+    hak_heap_lock(h);
+    uint32_t now = hak_now_ms();
+    bool at_once = hak_opt.purge_delay_ms == 0;
+    if (!at_once) h->purge_pending += (size_t)n * hak_class_block_size[hak_slab_of(r->slot[0])->cls];
+    if (hak_opt.mid_inuse_deferred && hak_slab_of(r->slot[0])->tier == HAK_TIER_L2) {
+        flush_deferred(h, r->slot, n, now);
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            void *p = r->slot[i];
+            hak_slab_t *s = hak_slab_of(p);
+            if (at_once && s->tier == HAK_TIER_L25) {
+                hak_l25_block_decommit(p, s->cls);
+                hak_block_clean(p);
+            } else {
+                hak_block_stamp(p, now);
+            }
+            /* decided before the free, which may retire the slab */
+            bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
+            hak_tiny_free(h, s, p);
+            if (purge) hak_slab_purge(s, now, 0);
+        }
     }
     memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
     r->count -= n;
+    hak_heap_unlock(h);
+}
+
+/* Every ring back to the slabs (thread exit, trim). */
+void hak_pool_flush_all(hak_heap_t *h) {
+    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
+        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+    hak_c2_flush(h, 0);
 }
 
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
-    if (r->cap == 0) {              /* a Tiny class: the 32-byte cache */
-        hak_c2_free(h, p);
+    if (r == &hak_empty_ring) {
+        unsigned cls = hak_slab_of(p)->cls;
+        if (cls < HAK_L2_FIRST) {   /* a Tiny class: the 32-byte cache */
+            hak_c2_free(h, p);
+            return;
+        }
+        r = ring_open(h, cls);      /* a class this heap had not used yet */
+        r->slot[r->count++] = p;
         return;
     }
     hak_pool_ring_flush(h, r, r->cap / 2);
     r->slot[r->count++] = p;
 }
 
-hak_ring_t hak_empty_ring;   /* count 0, cap 0: every access is a slow path */
-
 void hak_pool_init_heap(hak_heap_t *h) {
-    for (unsigned c = 0; c < HAK_L2_FIRST; c++) h->ring[c] = &hak_empty_ring;
-    for (unsigned i = 0; i < HAK_L2_CLASSES; i++) {
-        h->l2[i].r.cap = (uint32_t)hak_opt.l2_ring_cap;
-        h->ring[HAK_L2_FIRST + i] = &h->l2[i].r;
-    }
-    for (unsigned i = 0; i < HAK_L25_CLASSES; i++) {
-        h->l25[i].r.cap = hak_l25_ring_cap(HAK_L25_FIRST + i);
-        h->ring[HAK_L25_FIRST + i] = &h->l25[i].r;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
+        h->ring[c] = &hak_empty_ring;
+        h->refill_batch[c] = 1;
     }
 }

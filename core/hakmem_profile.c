@@ -490,7 +490,7 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
         left = draw_distance(h);
         /* Not in a heap borrowed under heap_lock (hak_alloc_without_heap):
          * prof_lock and a dump's wait for the loader's lock come after it. */
-        if (h->state == HAK_HEAP_ACTIVE) {
+        if (hak_heap_state(h) == HAK_HEAP_ACTIVE) {
             if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
                 dump_on_signal();
             p = sample_block(size, __builtin_return_address(0));
@@ -510,7 +510,7 @@ bool hak_profile_large_due(size_t size) {
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
     h->sample_left = draw_distance(h);
-    return h->state == HAK_HEAP_ACTIVE;
+    return hak_heap_state(h) == HAK_HEAP_ACTIVE;
 }
 
 /* A sampled large block: its own mapping already; only a record. */
@@ -569,16 +569,6 @@ bool hak_profile_has_record(const void *p) {
     bool found = rec_find(p) != SIZE_MAX;
     hak_unlock(&prof_lock);
     return found;
-}
-
-/* malloc_trim: the free pages of the profiler's heap go back too. */
-bool hak_profile_trim(void) {
-    hak_heap_t *ph = __atomic_load_n(&prof_heap, __ATOMIC_ACQUIRE);
-    if (ph == NULL) return false;
-    hak_lock(&prof_lock);
-    bool any = hak_ss_purge_heap(ph);
-    hak_unlock(&prof_lock);
-    return any;
 }
 
 /* realloc kept a sampled block for a new size. */

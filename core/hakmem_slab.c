@@ -51,6 +51,23 @@ static inline bool slab_has_room(const hak_slab_t *s) {
 }
 static inline bool slab_ss_hot(const hak_slab_t *s) { return hak_ss_state(hak_ss_of(s)) == HAK_SS_HOT; }
 
+/* A parked slab goes back on its queue only once this many of its blocks
+ * are free, so that the refill it serves yields a batch rather than one or
+ * two blocks: in a big heap where frees land all over the place, slabs with
+ * a block or two free wait at the side while they fill up (at most an
+ * eighth of a slab stays unused that way). */
+static inline uint32_t slab_unpark_min(const hak_slab_t *s) {
+    return s->capacity >= 16 ? s->capacity / 8u : 1u;
+}
+static inline bool slab_worth_queueing(const hak_slab_t *s) {
+    return s->capacity - slab_used(s) >= slab_unpark_min(s);
+}
+/* An abandoned heap keeps every slab parked with NOTIFY armed, so that
+ * remote frees into it reach its notify stack (and the purger). */
+static inline bool heap_abandoned(const hak_heap_t *h) {
+    return hak_heap_state(h) == HAK_HEAP_ABANDONED;
+}
+
 /* Address of the slab's first block: page 0 starts after the header. */
 static inline char *slab_start(const hak_slab_t *s) {
     unsigned idx = (unsigned)(s - hak_ss_of(s)->slabs);
@@ -105,12 +122,18 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (n == 0) n = 1;
     char *p = slab_start(s) + (size_t)s->carved * bs;
     hak_block_t *first = (hak_block_t *)p;
+    /* Ring-class blocks get a stamp: an L2 block's page is touched by its
+     * link (stamped now), an L2.5 block has nothing resident beyond it. */
+    uint64_t stamp = s->tier == HAK_TIER_L2 ? (uint64_t)hak_now_ms() << 1 | 1 : 0;
+    bool ring = s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25;
     for (size_t i = 1; i < n; i++, p += bs) {
         hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
         hak_block_mark_free(p);
+        if (ring) ((uint64_t *)p)[2] = stamp;
     }
     hak_link_set((hak_block_t *)p, s->free);
     hak_block_mark_free(p);
+    if (ring) ((uint64_t *)p)[2] = stamp;
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
     hak_span_check_sync(s, true);
@@ -118,9 +141,14 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
 }
 
 /* ---- giving back pages of a live slab ---------------------------------------
- * A one-page L2 slab holds at most 51 blocks.  A 4 KiB page all of whose
- * blocks are free goes back to the OS; those blocks leave the free list
- * (their links would be zeroed) and come back when the slab runs dry. */
+ * Free blocks that have stayed unused for the purge delay (hak_slab_purge,
+ * from the purger, under the owner's heap lock):
+ *   L2.5   every page of the block but the first (which holds its link,
+ *          freed-mark and stamp); the block stays on the free list.
+ *   L2     (one-page slabs, at most 51 blocks) a whole 4 KiB page whose
+ *          blocks are all free and all due; its blocks leave the free list
+ *          (their links would read back as zero) and come back when the
+ *          slab runs dry (slab_reattach). */
 #define OS_PAGE 4096u
 #define SLAB_OS_PAGES (HAK_PAGE_SIZE / OS_PAGE)      /* 16 */
 
@@ -141,13 +169,29 @@ static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
     return bits;
 }
 
-void hak_slab_purge(hak_slab_t *s) {
+static uint32_t l25_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
+    for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
+        uint64_t st = hak_block_stamp_of(b);
+        if (st == 0 || !hak_purge_due((uint32_t)(st >> 1), now, delay, &wait)) continue;
+        hak_l25_block_decommit(b, s->cls);
+        hak_block_clean(b);
+    }
+    return wait;
+}
+
+uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
+    if (s->tier == HAK_TIER_L25) return l25_purge(s, now, delay);
+    uint32_t wait = HAK_PURGE_NONE;
     uint32_t bs = hak_class_block_size[s->cls];
     char *start = slab_start(s);
     s->purge_mark = (uint16_t)slab_used(s);
     uint64_t free_bits = released_blocks(s, bs);
-    for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b))
-        free_bits |= (uint64_t)1 << (((char *)b - start) / bs);
+    for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
+        uint64_t st = hak_block_stamp_of(b);
+        if (st == 0 || hak_purge_due((uint32_t)(st >> 1), now, delay, &wait))
+            free_bits |= (uint64_t)1 << (((char *)b - start) / bs);
+    }
     uint16_t release = 0;
     for (unsigned k = 0; k < SLAB_OS_PAGES; k++) {
         unsigned first, last;
@@ -157,7 +201,7 @@ void hak_slab_purge(hak_slab_t *s) {
                          : (((uint64_t)1 << (last - first + 1)) - 1)) << first;
         if ((free_bits & mask) == mask) release |= (uint16_t)(1u << k);
     }
-    if (release == 0) return;
+    if (release == 0) return wait;
     s->released |= release;
     uint64_t detached = released_blocks(s, bs);
     hak_block_t *kept = NULL, *kept_tail = NULL;
@@ -177,6 +221,7 @@ void hak_slab_purge(hak_slab_t *s) {
         hak_os_decommit(start + (size_t)k * OS_PAGE, (size_t)run * OS_PAGE);
         k += run;
     }
+    return wait;
 }
 
 /* The slab ran dry: its detached blocks come back (their pages fault in
@@ -208,9 +253,32 @@ static bool slab_collect_remote(hak_slab_t *s) {
         if ((old & ~HAK_REMOTE_NOTIFY) == 0) return false;
     } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old & HAK_REMOTE_NOTIFY,
                                                     memory_order_acquire, memory_order_relaxed));
-    hak_block_t *list = (hak_block_t *)(old & ~HAK_REMOTE_NOTIFY), *tail = list;
-    uint32_t n = 1;
-    for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) n++;
+    hak_block_t *list = (hak_block_t *)(old & HAK_REMOTE_LIST), *tail = list;
+    uint32_t n = (uint32_t)(old >> HAK_REMOTE_COUNT_SHIFT);
+    if (s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25) {   /* stamped for the purger */
+        uint32_t now = hak_now_ms();
+        hak_block_stamp(tail, now);
+        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next)
+            hak_block_stamp(next, now);
+        s->owner->purge_pending += (size_t)n * hak_class_block_size[s->cls];
+    } else if (s->free == NULL) {
+        /* The usual case (the slab ran dry): the list becomes the free
+         * list as it is, unwalked; its blocks are touched as they are
+         * handed out. */
+        s->free = list;
+        s->used -= n;
+        return true;
+    } else if (s->carved - slab_used(s) < n) {
+        /* The shorter list is walked (Tiny: the free list holds every
+         * carved block that is not out), the longer one goes after it. */
+        hak_block_t *t = s->free;
+        for (hak_block_t *next; (next = hak_link_get(t)) != NULL; t = next) {}
+        hak_link_set(t, list);
+        s->used -= n;
+        return true;
+    } else {
+        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) {}
+    }
     hak_link_set(tail, s->free);
     s->free = list;
     s->used -= n;
@@ -298,6 +366,10 @@ static void tier_check(hak_heap_t *h, unsigned cls) {
  * memory).  The slow path of every tier below 1 MiB. */
 unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
     unsigned got = 0;
+    /* Tiny slabs' free lists are the owner's alone; those of the ring
+     * classes the purger reads too. */
+    bool locked = cls >= HAK_L2_FIRST;
+    if (locked) hak_heap_lock(h);
     if (atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL)
         hak_slab_collect_notified(h);
     if (--h->tier_countdown[cls] == 0) tier_check(h, cls);
@@ -305,7 +377,9 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
     while (got < n) {
         hak_slab_t *s = h->queue_head[cls];
         if (s == &hak_empty_slab) {
+            hak_heap_lock(h);
             s = slab_new(h, cls);
+            hak_heap_unlock(h);
             if (s == NULL) break;
         }
         while (got < n && s->free != NULL) {
@@ -318,16 +392,32 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         if (slab_carve(s, n - got)) continue;
         if (slab_collect_remote(s)) continue;
         if (slab_reattach(s)) continue;
-        slab_park(h, s, false);         /* exhausted: wait for a block back */
+        slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
+    if (locked) hak_heap_unlock(h);
     if ((++h->slow_count & 255) == 0) hak_heap_housekeeping(h);
     return got;
 }
 
 /* After a local free made the slab empty, or freed into a parked slab. */
+static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
+    if (slab_is_parked(s) && slab_used(s) != 0) {
+        if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
+        return;
+    }
+    if (slab_used(s) == 0) {
+        hak_heap_lock(h);
+        slab_maybe_retire(h, s);
+        hak_heap_unlock(h);
+    }
+}
+
+/* Most calls are frees into a parked slab that stays parked (not yet an
+ * eighth free): that answer comes first, with nothing to save. */
 void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_is_parked(s) && slab_ss_hot(s)) slab_unpark(h, s, false);
-    slab_maybe_retire(h, s);
+    uint32_t used = s->used & ~HAK_SLAB_FULL;
+    if ((s->used & HAK_SLAB_FULL) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
+    free_slow_act(h, s);
 }
 
 
@@ -335,21 +425,27 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
  * into while the owner was not looking. */
 void hak_slab_collect_notified(hak_heap_t *h) {
     hak_slab_t *s = atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+    if (s == NULL) return;
+    hak_heap_lock(h);
+    bool abandoned = heap_abandoned(h);
     while (s != NULL) {
         hak_slab_t *next = s->notify_next;
         s->notify_pending = 0;
         slab_collect_remote(s);
         if (slab_is_parked(s)) {
-            if (slab_ss_hot(s) && slab_has_room(s)) slab_unpark(h, s, true);
-            else slab_rearm(s);
+            if (!abandoned && slab_ss_hot(s) && slab_has_room(s) && slab_worth_queueing(s))
+                slab_unpark(h, s, true);
+            else
+                slab_rearm(s);
         }
         slab_maybe_retire(h, s);
         s = next;
     }
+    hak_heap_unlock(h);
 }
 
 /* Collect a slab's remote frees whatever its state (thread exit, trim, an
- * abandoned heap) and retire it if it is empty. */
+ * abandoned heap) and retire it if it is empty.  Caller holds the heap lock. */
 void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
     slab_collect_remote(s);
     slab_maybe_retire(h, s);
@@ -358,4 +454,27 @@ void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
 /* Its SuperSlab is HOT again: a parked slab with room goes back in service. */
 void hak_slab_revive(hak_heap_t *h, hak_slab_t *s) {
     if (slab_is_parked(s) && slab_has_room(s)) slab_unpark(h, s, false);
+}
+
+/* The heap is being abandoned: every slab is parked with NOTIFY armed, so a
+ * remote free into any of them reaches the notify stack.  Caller holds the
+ * heap lock. */
+void hak_slab_park_all(hak_heap_t *h) {
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++)
+        while (h->queue_head[c] != &hak_empty_slab) slab_park(h, h->queue_head[c], true);
+}
+
+/* A thread adopts the heap: its parked slabs with room serve again. */
+void hak_slab_unpark_all(hak_heap_t *h) {
+    hak_heap_lock(h);
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
+        if (hak_ss_state(ss) != HAK_SS_HOT) continue;
+        for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
+            hak_slab_t *s = &ss->slabs[i];
+            if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
+                slab_has_room(s))
+                slab_unpark(h, s, false);
+        }
+    }
+    hak_heap_unlock(h);
 }

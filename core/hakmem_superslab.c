@@ -1,33 +1,31 @@
 /* SuperSlab backend: 4 MiB chunks owned by one heap, split into spans of
  * 64 KiB pages for slabs.  Span allocation touches only the owner's own
- * SuperSlabs, so it needs no lock; only the cache of empty SuperSlabs shared
- * between threads is locked.
+ * SuperSlabs, under the owner's heap lock (taken by the owner on slow paths
+ * only; the purger and malloc_trim take it to give another heap's free pages
+ * back); the cache of empty SuperSlabs shared between threads has its own.
  *
- * Tiers and giving memory back:
+ * Tiers:
  *   HOT       takes new spans.
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
  *             (see tier_check in hakmem_slab.c), so it empties out.  Revived
  *             to HOT when no HOT SuperSlab has room.
- *   FREE      no span left: decommitted and cached (SS_CACHE_MAX), beyond
- *             that unmapped.  A heap keeps one empty SuperSlab as a spare, so
- *             a heap that empties and refills does not map and unmap 4 MiB
- *             each time.
- * Freed pages stay resident until the heap's dirty budget of them gathers
- * (a busy class reuses them warm), then all go back to the OS at once.  The
- * budget adapts: if most pages freed since the last purge were taken again
- * (churn, as in a producer/consumer pair), purging them only bought page
- * faults, so it doubles; otherwise it halves.  Between DIRTY_MIN (4 MiB) and
- * DIRTY_MAX (16 MiB). */
+ *   FREE      no span left: in the global cache, its pages as they were
+ *             (a heap that needs a SuperSlab soon takes it warm).  A heap
+ *             keeps one empty SuperSlab as a spare.
+ * Giving memory back is by time only: a freed page is stamped (dirty_at)
+ * and stays resident, for the owner or, in the cache, any heap, to take
+ * again without a page fault; once it has stayed free for the purge delay
+ * the purger decommits it (hak_ss_purge, hak_ss_purge_cache).  Cached
+ * SuperSlabs with nothing resident beyond SS_CACHE_MAX are unmapped. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
+#include "hakmem_options.h"
 
 #include <string.h>
 
-#define SS_CACHE_MAX 4
+#define SS_CACHE_MAX 4     /* empty SuperSlabs kept with nothing resident */
 #define DRAIN_PAGES  8
-#define DIRTY_MIN 64
-#define DIRTY_MAX 256
 
 /* SuperSlabs per tier, for hak_get_info (changed only on tier moves). */
 _Atomic size_t hak_ss_count[3];
@@ -39,7 +37,7 @@ static void ss_set_state(hak_superslab_t *ss, unsigned from, unsigned to) {
 }
 
 static hak_lock_t ss_cache_lock;
-static hak_superslab_t *ss_cache;
+static hak_superslab_t *ss_cache;      /* most recently emptied first */
 static unsigned ss_cache_count;
 
 /* Page 0 keeps the header's own OS pages. */
@@ -58,7 +56,19 @@ static void decommit_pages(hak_superslab_t *ss, uint64_t pages) {
     }
 }
 
+/* Dirty pages of ss whose delay has passed (all of them with delay 0);
+ * *wait: ms until the next one falls due. */
+static uint64_t pages_due(const hak_superslab_t *ss, uint32_t now, uint32_t delay, uint32_t *wait) {
+    uint64_t due = 0;
+    for (uint64_t d = ss->dirty_pages; d != 0; d &= d - 1) {
+        unsigned i = (unsigned)__builtin_ctzll(d);
+        if (hak_purge_due(ss->dirty_at[i], now, delay, wait)) due |= (uint64_t)1 << i;
+    }
+    return due;
+}
+
 static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
+    h->dirty_count += (unsigned)__builtin_popcountll(ss->dirty_pages);
     ss->prev = NULL;
     ss->next = h->ss_list;
     if (h->ss_list) h->ss_list->prev = ss;
@@ -86,7 +96,13 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
         hak_unlock(&ss_cache_lock);
     }
     if (ss != NULL) {
+        /* Its resident pages stay known, stamps and all. */
+        uint64_t dirty = ss->dirty_pages;
+        uint32_t at[HAK_SS_PAGES];
+        memcpy(at, ss->dirty_at, sizeof at);
         memset(ss, 0, sizeof *ss);
+        ss->dirty_pages = dirty;
+        memcpy(ss->dirty_at, at, sizeof at);
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
         ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE,
@@ -102,15 +118,20 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     return ss;
 }
 
-/* No span left: FREE. */
+/* No span left: FREE, into the cache with its pages as they are (their
+ * stamps tell the purger when they go).  With HAKMEM_PURGE_DELAY_MS=0
+ * they go at once, and beyond SS_CACHE_MAX the SuperSlab is unmapped. */
 static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     ss_unlink(h, ss);
     ss->owner = NULL;
     ss_set_state(ss, hak_ss_state(ss), HAK_SS_FREE);
+    bool now = hak_opt.purge_delay_ms == 0;
+    if (now && ss->dirty_pages != 0) {
+        decommit_pages(ss, ss->dirty_pages);
+        ss->dirty_pages = 0;
+    }
     hak_lock(&ss_cache_lock);
-    if (ss_cache_count < SS_CACHE_MAX && h->chunk_kind == 0) {
-        size_t keep = (sizeof(hak_superslab_t) + 4095) & ~(size_t)4095;
-        hak_os_decommit((char *)ss + keep, HAK_CHUNK_SIZE - keep);
+    if (h->chunk_kind == 0 && (!now || ss_cache_count < SS_CACHE_MAX)) {
         ss->next = ss_cache;
         __atomic_store_n(&ss_cache, ss, __ATOMIC_RELAXED);
         ss_cache_count++;
@@ -175,9 +196,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
-    unsigned reused = (unsigned)__builtin_popcountll(ss->dirty_pages & want);
-    h->dirty_count -= reused;
-    h->dirty_reused += reused;
+    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages & want);
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     __atomic_store_n(&h->slab_pages, h->slab_pages + npages, __ATOMIC_RELAXED);   /* mallinfo2 */
@@ -186,9 +205,9 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     return s;
 }
 
-/* An empty SuperSlab goes back unless it would be the heap's only empty
- * one: one spare absorbs a heap that empties and refills (its pages still
- * fall under the dirty budget).  Abandoned and trimming heaps keep none. */
+/* An empty SuperSlab goes to the cache unless it would be the heap's only
+ * empty one: one spare absorbs a heap that empties and refills without
+ * going through the cache lock.  Abandoned and trimming heaps keep none. */
 static bool release_ok(hak_heap_t *h, hak_superslab_t *ss) {
     if (!h->keep_spares) return true;
     for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next)
@@ -207,18 +226,19 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     }
     hak_span_check_sync(s, false);     /* no live blocks here any more */
     ss->free_pages |= bits;
-    ss->dirty_pages |= bits;
-    h->dirty_count += s->npages;
-    __atomic_store_n(&h->slab_pages, h->slab_pages - s->npages, __ATOMIC_RELAXED);
+    if (hak_opt.purge_delay_ms == 0) {
+        decommit_pages(ss, bits);
+    } else {
+        uint32_t now = hak_now_ms();
+        for (unsigned i = 0; i < s->npages; i++) ss->dirty_at[idx + i] = now;
+        h->dirty_count += (unsigned)__builtin_popcountll(bits & ~ss->dirty_pages);
+        ss->dirty_pages |= bits;
+        h->purge_pending += (size_t)s->npages << HAK_PAGE_SHIFT;
+    }
+    __atomic_store_n(&h->slab_pages, h->slab_pages - s->npages, __ATOMIC_RELAXED);   /* mallinfo2 */
     if (ss->free_pages == ~(uint64_t)0 && h->sweeping != ss && release_ok(h, ss)) {
         ss_release(h, ss);
         return;
-    }
-    if (h->dirty_count > h->dirty_budget) {
-        bool churn = h->dirty_reused >= h->dirty_count;
-        if (churn && h->dirty_budget < DIRTY_MAX) h->dirty_budget *= 2;
-        else if (!churn && h->dirty_budget > DIRTY_MIN) h->dirty_budget /= 2;
-        if (h->dirty_count > h->dirty_budget) hak_ss_purge_heap(h);
     }
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
@@ -229,18 +249,63 @@ void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
     if (ss->free_pages == ~(uint64_t)0 && release_ok(h, ss)) ss_release(h, ss);
 }
 
-/* Give back now every free page of the heap's SuperSlabs (malloc_trim). */
-bool hak_ss_purge_heap(hak_heap_t *h) {
-    bool any = false;
+/* Give back the heap's free pages, and the free blocks of its slabs that
+ * may give pages back while they live, that have stayed unused for the
+ * delay (delay 0: all of them, malloc_trim).  Caller holds h->lock. */
+uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
     for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        if (ss->dirty_pages == 0) continue;
-        decommit_pages(ss, ss->dirty_pages);
-        ss->dirty_pages = 0;
-        any = true;
+        uint64_t due = pages_due(ss, now, delay, &wait);
+        if (due != 0) {
+            decommit_pages(ss, due);
+            ss->dirty_pages &= ~due;
+            h->dirty_count -= (unsigned)__builtin_popcountll(due);
+        }
+        uint64_t spans = ~ss->free_pages;
+        while (spans != 0) {
+            unsigned i = (unsigned)__builtin_ctzll(spans);
+            hak_slab_t *s = &ss->slabs[i];
+            unsigned n = s->npages ? s->npages : 1;
+            spans &= n >= 64 ? 0 : ~((((uint64_t)1 << n) - 1) << i);
+            if (ss->page_head[i] == i && hak_slab_purgeable(s)) {
+                uint32_t w = hak_slab_purge(s, now, delay);
+                if (w < wait) wait = w;
+            }
+        }
     }
-    h->dirty_count = 0;
-    h->dirty_reused = 0;
-    return any;
+    return wait;
+}
+
+/* The same for the cached SuperSlabs; those with nothing resident left
+ * beyond SS_CACHE_MAX are unmapped. */
+uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
+    hak_superslab_t *retire = NULL;
+    unsigned clean = 0;
+    hak_lock(&ss_cache_lock);
+    for (hak_superslab_t **link = &ss_cache, *ss; (ss = *link) != NULL;) {
+        uint64_t due = pages_due(ss, now, delay, &wait);
+        if (due != 0) {
+            decommit_pages(ss, due);
+            ss->dirty_pages &= ~due;
+        }
+        if (ss->dirty_pages == 0 && ++clean > SS_CACHE_MAX) {
+            __atomic_store_n(link, ss->next, __ATOMIC_RELAXED);
+            ss_cache_count--;
+            ss->next = retire;
+            retire = ss;
+            continue;
+        }
+        link = &ss->next;
+    }
+    hak_unlock(&ss_cache_lock);
+    while (retire != NULL) {
+        hak_superslab_t *next = retire->next;
+        atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
+        hak_os_retire_range(retire, HAK_CHUNK_SIZE);
+        retire = next;
+    }
+    return wait;
 }
 
 bool hak_ss_trim_cache(void) {

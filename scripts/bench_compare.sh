@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # bench_compare.sh — hakmem against glibc, mimalloc, jemalloc and tcmalloc.
 #
-#   scripts/bench_compare.sh [--runs N] [--allocators LIST] [--quick] [--out DIR]
-#                            [--callgrind] [more options: --help]
+#   scripts/bench_compare.sh [--runs N] [--allocators LIST] [--extra LIST]
+#                            [--quick] [--out DIR] [--callgrind] [more: --help]
 #
 # Every benchmark is the build/bench/NAME_system binary (plain libc malloc);
 # each allocator is put under it with LD_PRELOAD.  Runs are interleaved across
 # allocators (A B C ... A B C ...) so that machine drift hits all of them alike.
 # The report gives per benchmark and allocator the median throughput, the
-# min–max spread, hakmem's ratio to it and the peak RSS, as a Markdown table on
-# stdout and in OUT/latest.md, plus a chart of the ratios in OUT/latest.png.
+# min–max spread, hakmem's ratio to it, the page faults and the peak RSS, as a
+# Markdown table on stdout and in OUT/latest.md, then hakmem against the best
+# other allocator of each benchmark, plus a chart of the ratios in
+# OUT/latest.png.  Any other allocator can be added as NAME=/path/lib.so.
 #
 # Exit status: 0 all went well; 1 something failed (unknown allocator, missing
 # binary or library, a run that crashed, timed out or printed no result);
@@ -30,10 +32,16 @@ usage: scripts/bench_compare.sh [options]
                       (default: system,hakmem,mimalloc,jemalloc,tcmalloc).
                       Known: system hakmem mimalloc jemalloc tcmalloc, and
                       hakmem-static (the statically linked NAME_hakmem binary).
+                      NAME=/path/lib.so adds any allocator: that library is
+                      preloaded and named NAME in the report, e.g.
+                      mimalloc-3.4.3=../shared/peers/libmimalloc-3.4.3.so
+  --extra LIST        allocators appended to --allocators' list (same
+                      forms), e.g. to add NAME=/path/lib.so to the default
   --quick             smaller sizes, 3 runs, no package installs: only the
                       peers already installed are used (this is 'make bench')
   --out DIR           where latest.md / latest.png / latest.tsv go
                       (default: docs/benchmarks; --quick: build/bench-results)
+  --name NAME         write NAME.md / NAME.png / NAME.tsv instead of latest.*
   --callgrind         instead of timing, count instructions per operation of
                       bench_random_mixed (ws 400 and 8192) with valgrind's
                       callgrind; writes OUT/callgrind.md
@@ -47,13 +55,18 @@ usage: scripts/bench_compare.sh [options]
                       HEAD, with -dirty when core/ or the Makefile have
                       uncommitted changes); for a library built elsewhere
   --no-install        never install missing packages
-  --no-chart          do not draw latest.png
+  --no-chart          do not draw the chart (latest.png)
   -h, --help          this text
 
-Benchmark ids: random_mixed_ws400 random_mixed_ws8192 mid_large_mt_t1
-mid_large_mt_t2 larson_t1 larson_t2 rss (the last only when
-bench_rss_system exists).  Sizes can be overridden with the environment
-variables BENCH_RM_CYCLES, BENCH_MID_CYCLES, BENCH_LARSON_SECONDS and
+Benchmark ids (docs/benchmarks/README.md describes each):
+  random_mixed_ws400 random_mixed_ws8192 random_mixed_ws65536
+  random_mixed_ws262144 mid_large_mt_t1 mid_large_mt_t2 larson_t1 larson_t2
+  larson_mb_t2 larson_short_t1 larson_short_t2 xthread xthread_large
+  transfer_t2 many_threads large_reuse large_reuse_calloc rss
+(rss only when bench_rss_system exists).  Sizes can be overridden with the
+environment variables BENCH_RM_CYCLES, BENCH_MID_CYCLES,
+BENCH_LARSON_SECONDS (every larson row), BENCH_XTHREAD_SECONDS,
+BENCH_TRANSFER_ROUNDS, BENCH_THREADS_WAVES, BENCH_LARGE_REPS and
 BENCH_RSS_ARGS (bench_rss arguments: default none = 512 MiB; --quick: 256).
 EOF
 }
@@ -62,9 +75,9 @@ die_usage() { echo "$PROG: $*" >&2; echo "try: scripts/bench_compare.sh --help" 
 say()  { echo "$PROG: $*" >&2; }
 
 # ---------------------------------------------------------------- options
-RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; QUICK=0; OUT=""
+RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; EXTRA_LIST=""; QUICK=0; OUT=""
 CALLGRIND=0; CG_CYCLES=200000; ONLY=""; TIMEOUT=""; BENCH_DIR="$REPO/build/bench"
-HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""
+HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""; NAME=latest
 ORIG_CMD="scripts/bench_compare.sh"
 for a in "$@"; do
     if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then ORIG_CMD+=" $a"; else ORIG_CMD+=" '${a//\'/\'\\\'\'}'"; fi
@@ -77,9 +90,13 @@ while [ $# -gt 0 ]; do
         --runs=*)      RUNS=${1#*=}; shift ;;
         --allocators)  need_arg "$@"; ALLOC_LIST=$2; shift 2 ;;
         --allocators=*) ALLOC_LIST=${1#*=}; shift ;;
+        --extra)       need_arg "$@"; EXTRA_LIST+=" $2"; shift 2 ;;
+        --extra=*)     EXTRA_LIST+=" ${1#*=}"; shift ;;
         --quick)       QUICK=1; shift ;;
         --out)         need_arg "$@"; OUT=$2; shift 2 ;;
         --out=*)       OUT=${1#*=}; shift ;;
+        --name)        need_arg "$@"; NAME=$2; shift 2 ;;
+        --name=*)      NAME=${1#*=}; shift ;;
         --callgrind)   CALLGRIND=1; shift ;;
         --cycles)      need_arg "$@"; CG_CYCLES=$2; shift 2 ;;
         --cycles=*)    CG_CYCLES=${1#*=}; shift ;;
@@ -108,6 +125,7 @@ if [ -z "$TIMEOUT" ]; then
     if [ $CALLGRIND = 1 ]; then TIMEOUT=600; elif [ $QUICK = 1 ]; then TIMEOUT=30; else TIMEOUT=120; fi
 fi
 is_posint "$TIMEOUT"   || die_usage "--timeout wants a positive number of seconds, not '$TIMEOUT'"
+[[ "$NAME" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die_usage "--name wants a file name stem (letters, digits, . _ -), not '$NAME'"
 [ $QUICK = 1 ] && INSTALL=0
 if [ -z "$OUT" ]; then
     if [ $QUICK = 1 ]; then OUT="$REPO/build/bench-results"; else OUT="$REPO/docs/benchmarks"; fi
@@ -186,13 +204,15 @@ preload_ok() {
 declare -A LIB=()        # allocator -> preload path ('' for none)
 declare -A BINSUFFIX=()  # allocator -> _system or _hakmem
 ALLOCS=()
-REQ=$(echo "$ALLOC_LIST" | tr ',' ' ')
+REQ=$(echo "$ALLOC_LIST $EXTRA_LIST" | tr ',' ' ')
 [ -n "${REQ// /}" ] || die_usage "--allocators is empty"
+declare -A EXTRA_PATH=()   # NAME=/path/lib.so allocators: name -> path as given
 
 # Install missing peers first (full runs only), in one go.
 if [ $INSTALL = 1 ]; then
     missing=()
     for a in $REQ; do
+        [[ "$a" == *=* ]] && continue
         pp=$(peer_pkg "$a") || continue
         # shellcheck disable=SC2086
         set -- $pp
@@ -207,6 +227,27 @@ fi
 
 declare -A SEEN=()
 for a in $REQ; do
+    if [[ "$a" == *=* ]]; then
+        # NAME=/path/lib.so: any allocator, preloaded from that path
+        name=${a%%=*}; path=${a#*=}
+        if ! [[ "$name" =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*$ ]]; then
+            fail "allocator '$a': the name must be letters, digits and . _ + - ; ignored"; continue
+        fi
+        case "$name" in system|hakmem|hakmem-static|mimalloc|jemalloc|tcmalloc)
+            fail "allocator '$a': $name is a built-in name, choose another; ignored"; continue ;;
+        esac
+        [ -n "${SEEN[$name]:-}" ] && { fail "allocator name '$name' given twice; the second is ignored"; continue; }
+        SEEN[$name]=1
+        case "$path" in /*) ;; *) path="$PWD/$path" ;; esac
+        if [ ! -f "$path" ]; then
+            fail "$name: library $path not found; $name skipped"
+        elif ! preload_ok "$path"; then
+            fail "$name: cannot preload the library: $PRELOAD_ERR; $name skipped"
+        else
+            LIB[$name]="$path"; BINSUFFIX[$name]=_system; ALLOCS+=("$name"); EXTRA_PATH[$name]="$path"
+        fi
+        continue
+    fi
     [ -n "${SEEN[$a]:-}" ] && continue
     SEEN[$a]=1
     case "$a" in
@@ -237,7 +278,7 @@ for a in $REQ; do
                 LIB[$a]="$lib"; BINSUFFIX[$a]=_system; ALLOCS+=("$a")
             fi ;;
         *)
-            fail "unknown allocator '$a' (known: system hakmem mimalloc jemalloc tcmalloc hakmem-static); ignored" ;;
+            fail "unknown allocator '$a' (known: system hakmem mimalloc jemalloc tcmalloc hakmem-static, or NAME=/path/lib.so); ignored" ;;
     esac
 done
 if [ ${#ALLOCS[@]} -eq 0 ]; then
@@ -262,19 +303,36 @@ command -v timeout >/dev/null 2>&1 || { say "'timeout' (coreutils) is required";
 
 # ---------------------------------------------------------------- benchmarks
 if [ $QUICK = 1 ]; then
-    RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-1000000}; LARSON_S=${BENCH_LARSON_SECONDS:-1}
+    RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-1000000}
+    LARSON_S=${BENCH_LARSON_SECONDS:-1}; LARSON_MB_S=${BENCH_LARSON_SECONDS:-1}
+    XT_S=${BENCH_XTHREAD_SECONDS:-1};    TR_ROUNDS=${BENCH_TRANSFER_ROUNDS:-10}
+    MT_WAVES=${BENCH_THREADS_WAVES:-3};  LR_REPS=${BENCH_LARGE_REPS:-20}
     RSS_ARGS=${BENCH_RSS_ARGS-256}
 else
-    RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}; LARSON_S=${BENCH_LARSON_SECONDS:-2}
+    RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}
+    LARSON_S=${BENCH_LARSON_SECONDS:-2}; LARSON_MB_S=${BENCH_LARSON_SECONDS:-5}
+    XT_S=${BENCH_XTHREAD_SECONDS:-2};    TR_ROUNDS=${BENCH_TRANSFER_ROUNDS:-25}
+    MT_WAVES=${BENCH_THREADS_WAVES:-10}; LR_REPS=${BENCH_LARGE_REPS:-100}
     RSS_ARGS=${BENCH_RSS_ARGS-}
 fi
 # id | binary | arguments | label
 BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$RM_CYC 400|bench_random_mixed ws=400
 random_mixed_ws8192|bench_random_mixed|$RM_CYC 8192|bench_random_mixed ws=8192
+random_mixed_ws65536|bench_random_mixed|$RM_CYC 65536|bench_random_mixed ws=65536
+random_mixed_ws262144|bench_random_mixed|$RM_CYC 262144|bench_random_mixed ws=262144
 mid_large_mt_t1|bench_mid_large_mt|1 $MID_CYC 128|bench_mid_large_mt 1 thread
 mid_large_mt_t2|bench_mid_large_mt|2 $MID_CYC 128|bench_mid_large_mt 2 threads
-larson_t1|larson|$LARSON_S 8 1024 1000 1000 42 1|larson 1 thread
-larson_t2|larson|$LARSON_S 8 1024 1000 1000 42 2|larson 2 threads
+larson_t1|larson|$LARSON_S 8 1000 1000 10 42 1|larson 1 chain
+larson_t2|larson|$LARSON_S 8 1000 1000 10 42 2|larson 2 chains
+larson_mb_t2|larson|$LARSON_MB_S 8 1000 5000 100 4141 2|larson mimalloc-bench 2 chains
+larson_short_t1|larson|$LARSON_S 8 1000 100 1 42 1|larson short threads 1 chain
+larson_short_t2|larson|$LARSON_S 8 1000 100 1 42 2|larson short threads 2 chains
+xthread|bench_xthread|$XT_S 16 2048 256 42|xthread 16-2048 B
+xthread_large|bench_xthread|$XT_S 16 262144 8 42|xthread 16 B-256 KiB
+transfer_t2|bench_transfer|2 50 $TR_ROUNDS|transfer (mstress) 2 threads
+many_threads|bench_many_threads|600 $MT_WAVES|600 threads one block each
+large_reuse|bench_large_reuse|$LR_REPS 20 5 25 memset|large reuse 5-25 MiB memset
+large_reuse_calloc|bench_large_reuse|$LR_REPS 20 5 25 calloc|large reuse 5-25 MiB calloc
 rss|bench_rss|$RSS_ARGS|bench_rss (memory)"
 if [ $CALLGRIND = 1 ]; then
     BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$CG_CYCLES 400|bench_random_mixed ws=400
@@ -359,6 +417,7 @@ peer_versions() {
             set -- $(peer_pkg "$a")
             out+="$a $(dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'), " ;;
         esac
+        [ -n "${EXTRA_PATH[$a]:-}" ] && out+="$a = ${EXTRA_PATH[$a]}, "
     done
     echo "${out%, }"
 }
@@ -442,20 +501,21 @@ if [ $CALLGRIND = 1 ]; then
 fi
 
 # ================================================================ timing mode
-RAW="$WORK/runs.tsv"      # id alloc run status ops rss_kb seconds [bench_rss: peak_mib rss90_mib ratio90 above_base_mib]
+RAW="$WORK/runs.tsv"      # id alloc run status ops rss_kb seconds minflt majflt load1 [bench_rss: peak_mib rss90_mib ratio90 above_base_mib]
 : > "$RAW"
 declare -A GAVEUP=()      # id|alloc -> 1 after a failure: its remaining runs are skipped
 total=$(( ${#B_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
 say "${#B_ID[@]} benchmarks x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
 
 run_one() {   # run_one IDX ALLOC RUN
-    local i=$1 a=$2 r=$3 bin log rssf rc ops rss why t1 t2 secs
+    local i=$1 a=$2 r=$3 bin log rssf rc ops rss why t1 t2 secs minf majf load1
     bin="$SNAP/${B_BIN[$i]}${BINSUFFIX[$a]}"
     log="$WORK/${B_ID[$i]}.$a.$r.log"; rssf="$WORK/${B_ID[$i]}.$a.$r.rss"
     local envp=(env)
     [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
     local timep=()
     [ -n "$TIME_BIN" ] && timep=("$TIME_BIN" -f %M -o "$rssf")
+    load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)
     t1=$(date +%s.%N)
     # shellcheck disable=SC2086
     "${timep[@]}" timeout -k 5 "$TIMEOUT" "${envp[@]}" "$bin" ${B_ARGS[$i]} >"$log" 2>&1 </dev/null
@@ -464,6 +524,17 @@ run_one() {   # run_one IDX ALLOC RUN
     secs=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.2f", b - a }')
     ops=$(awk '/Throughput = / { for (f = 1; f < NF; f++) if ($f == "=" && $(f-1) == "Throughput") v = $(f+1) } END { if (v != "") print v }' "$log")
     [[ "$ops" =~ ^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || ops=""
+    # page faults of the timed region, from the same line (minflt=A, majflt=B)
+    read -r minf majf < <(awk '/Throughput = / {
+            mi = ""; ma = ""
+            for (f = 1; f <= NF; f++) {
+                t = $f; gsub(/[,()]/, "", t)
+                if (index(t, "minflt=") == 1) mi = substr(t, 8)
+                if (index(t, "majflt=") == 1) ma = substr(t, 8)
+            }
+        } END { printf "%s %s\n", (mi == "" ? "-" : mi), (ma == "" ? "-" : ma) }' "$log")
+    [[ "$minf" =~ ^[0-9]+$ ]] || minf=""
+    [[ "$majf" =~ ^[0-9]+$ ]] || majf=""
     rss=""
     [ -s "$rssf" ] && rss=$(tail -n1 "$rssf" | awk '$1 ~ /^[0-9]+$/ { print $1 }')
     why=""
@@ -478,7 +549,7 @@ run_one() {   # run_one IDX ALLOC RUN
         why="printed no 'Throughput = N ops/s' line"
     fi
     if [ -n "$why" ]; then
-        printf '%s\t%s\t%s\tfail\t\t%s\t%s\n' "${B_ID[$i]}" "$a" "$r" "$rss" "$secs" >> "$RAW"
+        printf '%s\t%s\t%s\tfail\t\t%s\t%s\t\t\t%s\n' "${B_ID[$i]}" "$a" "$r" "$rss" "$secs" "$load1" >> "$RAW"
         echo "FAILED" >&2
         local last; last=$(grep -v '^Command ' "$log" | tail -n3 | tr '\n' ' ' | cut -c1-300)
         fail "${B_LABEL[$i]} under $a (run $r): $why${last:+; last output: $last}; remaining runs of this pair skipped"
@@ -494,10 +565,13 @@ run_one() {   # run_one IDX ALLOC RUN
         /^after_free90:/     { r90 = val("rss_mib"); q90 = val("ratio") }
         /^after_free_all:/   { ab = val("above_baseline_mib") }
         END { printf "\t%s\t%s\t%s\t%s", pk, r90, q90, ab }' "$log")
-    printf '%s\t%s\t%s\tok\t%s\t%s\t%s%s\n' "${B_ID[$i]}" "$a" "$r" "$ops" "$rss" "$secs" "$mem" >> "$RAW"
-    awk -v o="$ops" -v m="$rss" -v s="$secs" 'BEGIN {
-        if (o != "") printf "%10.3f M ops/s", o / 1e6; else printf "%17s", "-"
+    printf '%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\t%s%s\n' "${B_ID[$i]}" "$a" "$r" "$ops" "$rss" "$secs" "$minf" "$majf" "$load1" "$mem" >> "$RAW"
+    awk -v o="$ops" -v m="$rss" -v s="$secs" -v f="$minf" 'BEGIN {
+        if (o == "") printf "%17s", "-"
+        else if (o >= 1e5) printf "%10.3f M ops/s", o / 1e6
+        else printf "%10.3f K ops/s", o / 1e3
         if (m != "") printf "   RSS %7.1f MiB", m / 1024
+        if (f != "") printf "   %8d faults", f
         printf "   %5.2f s\n", s }' >&2
 }
 
@@ -519,9 +593,15 @@ for i in "${!B_ID[@]}"; do
 done
 ELAPSED=$(( $(date +%s) - T0 ))
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
+# the 1-minute load average read before each run: median and range
+LOAD_RUNS=$(awk -F'\t' '$10 != "" { v[++n] = $10 + 0 }
+    END { if (!n) exit
+          for (i = 2; i <= n; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
+          printf "%.2f (%.2f–%.2f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }' "$RAW")
 
 # ---------------------------------------------------------------- aggregate
-# SUMMARY: id alloc nok median min max rss_max_kb ratio   (one line per pair, in order)
+# SUMMARY: id alloc status nok median min max rss_max_kb ratio minflt_median majflt_median
+# (one line per pair, in order)
 SUMMARY="$WORK/summary.tsv"
 awk -F'\t' -v order="${ALLOCS[*]}" -v ids="${B_ID[*]}" -v ref="$REF" '
     function median(s,    a, m, i, j, v) {
@@ -537,19 +617,23 @@ awk -F'\t' -v order="${ALLOCS[*]}" -v ids="${B_ID[*]}" -v ref="$REF" '
         if ($4 == "ok") { if ($5 != "") { vals[key] = vals[key] " " $5; nok[key]++ } else nrss[key]++ }
         else nfail[key]++
         if ($4 == "ok" && $6 != "" && $6 + 0 > rss[key] + 0) rss[key] = $6
+        if ($4 == "ok" && $8 != "") fmin[key] = fmin[key] " " $8
+        if ($4 == "ok" && $9 != "") fmaj[key] = fmaj[key] " " $9
     }
     END {
         na = split(order, al, " "); nb = split(ids, bi, " ")
         for (b = 1; b <= nb; b++) for (j = 1; j <= na; j++) {
             key = bi[b] SUBSEP al[j]
             if (vals[key] != "") { med[key] = median(vals[key]); mn[key] = lo; mx[key] = hi }
+            if (fmin[key] != "") fmed[key] = median(fmin[key])
+            if (fmaj[key] != "") jmed[key] = median(fmaj[key])
         }
         for (b = 1; b <= nb; b++) for (j = 1; j <= na; j++) {
             key = bi[b] SUBSEP al[j]; rk = bi[b] SUBSEP ref
             ratio = ""
             if (med[key] != "" && med[rk] != "" && med[key] > 0) ratio = med[rk] / med[key]
             st = (nfail[key] > 0) ? "fail" : "ok"
-            printf "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", bi[b], al[j], st, nok[key], med[key], mn[key], mx[key], rss[key], ratio
+            printf "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", bi[b], al[j], st, nok[key], med[key], mn[key], mx[key], rss[key], ratio, fmed[key], jmed[key]
         }
     }' "$RAW" > "$SUMMARY"
 
@@ -568,7 +652,7 @@ make_table() {
         }
         BEGIN { nb = split(ids, bi, " "); split(labels, lb, "|"); for (b = 1; b <= nb; b++) label[bi[b]] = lb[b]
                 n = 0
-                row[++n] = "benchmark\tallocator\tmedian ops/s\tmin–max\tratio " ref "/this\tpeak RSS MiB" }
+                row[++n] = "benchmark\tallocator\tmedian ops/s\tmin–max\tratio " ref "/this\tpage faults\tpeak RSS MiB" }
         {
             med = fm($5); rng = ($6 != "") ? fm($6) " – " fm($7) : ""
             if ($3 == "fail" && $4 == 0) { med = "FAILED"; rng = "" }
@@ -576,7 +660,9 @@ make_table() {
             else if ($5 == "" && $1 == "rss") { med = "-" }
             ratio = ($9 != "") ? sprintf("%.2f", $9) : ""
             rss = ($8 != "") ? sprintf("%.1f", $8 / 1024) : ""
-            row[++n] = label[$1] "\t" $2 "\t" med "\t" rng "\t" ratio "\t" rss
+            flt = ($10 != "") ? sprintf("%.0f", $10) : ""
+            if ($11 != "" && $11 + 0 > 0) flt = flt " + " sprintf("%.0f", $11) " major"
+            row[++n] = label[$1] "\t" $2 "\t" med "\t" rng "\t" ratio "\t" flt "\t" rss
         }
         END {
             for (i = 1; i <= n; i++) { m = split(row[i], c, "\t"); for (j = 1; j <= m; j++) { l = length(c[j]); if (c[j] ~ /–/) l -= 2; if (l > w[j]) w[j] = l } }
@@ -598,16 +684,48 @@ make_table() {
 }
 TABLE=$(make_table)
 
+# The reference allocator against the best of the others, per benchmark:
+# throughput (highest median) and page faults (lowest median).  bench_rss is
+# left out (its throughput is memset bandwidth; its memory table follows).
+BESTTABLE=""
+if [ ${#ALLOCS[@]} -gt 1 ]; then
+    BESTTABLE=$(awk -F'\t' -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" -v ref="$REF" '
+        function fm(x) {
+            if (x == "") return ""
+            if (x >= 1e9) return sprintf("%.2f G", x / 1e9)
+            if (x >= 1e6) return sprintf("%.2f M", x / 1e6)
+            if (x >= 1e3) return sprintf("%.1f K", x / 1e3)
+            return sprintf("%.0f", x)
+        }
+        $2 == ref { rm[$1] = $5; rf[$1] = $10; next }
+        $2 == "hakmem" || $2 == "hakmem-static" { next }
+        $5 != "" && (bm[$1] == "" || $5 + 0 > bm[$1] + 0) { bm[$1] = $5; bn[$1] = $2 }
+        $10 != "" && (bf[$1] == "" || $10 + 0 < bf[$1] + 0) { bf[$1] = $10; bfn[$1] = $2 }
+        END {
+            nb = split(ids, bi, " "); split(labels, lb, "|")
+            print "| benchmark | " ref " ops/s | best other | its ops/s | " ref "/best | " ref " faults | fewest faults (who) | " ref "/fewest |"
+            print "|---|---:|---|---:|---:|---:|---:|---:|"
+            for (b = 1; b <= nb; b++) {
+                id = bi[b]; if (id == "rss") continue
+                r = (rm[id] != "" && bm[id] + 0 > 0) ? sprintf("%.2f", rm[id] / bm[id]) : ""
+                fr = ""
+                if (rf[id] != "" && bf[id] != "") fr = (bf[id] + 0 > 0) ? sprintf("%.1f", rf[id] / bf[id]) : (rf[id] + 0 == 0 ? "1.0" : "inf")
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", lb[b], fm(rm[id]), bn[id], fm(bm[id]), r,
+                       (rf[id] != "" ? sprintf("%.0f", rf[id]) : ""), (bf[id] != "" ? sprintf("%.0f (%s)", bf[id], bfn[id]) : ""), fr
+            }
+        }' "$SUMMARY")
+fi
+
 # bench_rss: medians of what each allocator keeps after the frees.
 MEMTABLE=""
-if awk -F'\t' '$1 == "rss" && $4 == "ok" && $9 != "" { found = 1 } END { exit !found }' "$RAW"; then
+if awk -F'\t' '$1 == "rss" && $4 == "ok" && $12 != "" { found = 1 } END { exit !found }' "$RAW"; then
     MEMTABLE=$(awk -F'\t' -v order="${ALLOCS[*]}" '
         function median(s,    a, m, i, j, v) {
             m = split(s, a, " "); if (m == 0) return ""
             for (i = 2; i <= m; i++) { v = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > v) { a[j+1] = a[j]; j-- } a[j+1] = v }
             return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
         }
-        $1 == "rss" && $4 == "ok" && $9 != "" { k = $2; pk[k] = pk[k] " " $8; r9[k] = r9[k] " " $9; q9[k] = q9[k] " " $10; ab[k] = ab[k] " " $11 }
+        $1 == "rss" && $4 == "ok" && $12 != "" { k = $2; pk[k] = pk[k] " " $11; r9[k] = r9[k] " " $12; q9[k] = q9[k] " " $13; ab[k] = ab[k] " " $14 }
         END {
             print "| allocator | peak RSS MiB | RSS after freeing 90% (MiB) | RSS / live bytes then | above baseline after freeing all (MiB) |"
             print "| --- | ---: | ---: | ---: | ---: |"
@@ -646,7 +764,9 @@ draw_chart() {
         [ -s "$mem" ] && have_mem=1
     fi
     [ $have_ratios = 1 ] || [ $have_mem = 1 ] || { PNG_NOTE="nothing to draw (no peer to compare with)"; return 1; }
-    local w=1100; [ $have_ratios = 1 ] && [ $have_mem = 1 ] && w=1500
+    # wide enough for one group of bars per benchmark
+    local w=$(( 300 + 70 * ($(wc -l < "$dat") - 1) )); [ $w -lt 1100 ] && w=1100
+    [ $have_ratios = 1 ] && [ $have_mem = 1 ] && w=$(( w + 400 ))
     local term="pngcairo size $w,580 font 'sans,10'"
     gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size $w,580"
     # bars of log2(ratio), so that 2x faster and 2x slower are the same height
@@ -657,7 +777,7 @@ draw_chart() {
     {
         echo "set terminal $term"
         echo "set termoption noenhanced"
-        echo "set output '$OUT/latest.png'"
+        echo "set output '$OUT/$NAME.png'"
         echo "set datafile separator \"\\t\""
         echo "set datafile missing \"-\""
         echo "set style data histograms"
@@ -678,7 +798,7 @@ draw_chart() {
             echo "set title \"$REF throughput / each allocator's (above 1 = $REF faster)$sub\""
             echo "set ylabel \"ratio of median ops/s (log scale)\""
             echo "lg(x) = log(x) / log(2)"
-            echo "set ytics (\"1/8\" -3, \"1/4\" -2, \"1/2\" -1, \"0.75\" lg(0.75), \"1\" 0, \"1.25\" lg(1.25), \"1.5\" lg(1.5), \"2\" 1, \"3\" lg(3), \"4\" 2, \"8\" 3, \"16\" 4, \"32\" 5, \"64\" 6)"
+            echo "set ytics (\"1/64\" -6, \"1/32\" -5, \"1/16\" -4, \"1/8\" -3, \"1/4\" -2, \"1/2\" -1, \"0.75\" lg(0.75), \"1\" 0, \"1.25\" lg(1.25), \"1.5\" lg(1.5), \"2\" 1, \"3\" lg(3), \"4\" 2, \"8\" 3, \"16\" 4, \"32\" 5, \"64\" 6)"
             echo "set yrange [*:*]"
             echo "set offsets 0, 0, 0.3, 0.3"
             echo "set key top right"
@@ -715,14 +835,14 @@ if [ $CHART = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- report
-cp "$RAW" "$OUT/latest.tsv"
+cp "$RAW" "$OUT/$NAME.tsv"
 {
     echo "# hakmem benchmark comparison"
     echo
     echo "- date: $DATE"
     echo "- commit: $COMMIT"
     echo "- command: \`$ORIG_CMD\`"
-    echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END"
+    echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END${LOAD_RUNS:+; 1-minute load before each run: median $LOAD_RUNS}"
     [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
     [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
     echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators; each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
@@ -732,25 +852,36 @@ cp "$RAW" "$OUT/latest.tsv"
     for i in "${!B_ID[@]}"; do echo "| ${B_LABEL[$i]} | \`${B_BIN[$i]}${B_ARGS[$i]:+ ${B_ARGS[$i]}}\` |"; done
     echo
     echo "$TABLE"
+    echo
+    echo "page faults: median over the runs of the minor (and, when any, major) page faults the benchmark counted in its timed region (getrusage)."
+    if [ -n "$BESTTABLE" ]; then
+        echo
+        echo "## $REF against the best of the others"
+        echo
+        echo "Per benchmark: the other allocator with the highest median throughput, and the one with the fewest page faults (medians; $REF/best above 1: $REF is faster; $REF/fewest: how many times their faults $REF takes)."
+        echo
+        echo "$BESTTABLE"
+    fi
     if [ -n "$MEMTABLE" ]; then
         echo
         echo "Memory given back (bench_rss, medians; the benchmark's own figures: RSS minus its pointer table, polled for a while after the frees; lower is better):"
         echo
         echo "$MEMTABLE"
     fi
-    if [ $PNG_OK = 1 ]; then echo; echo "![ratios](latest.png)"; fi
+    if [ $PNG_OK = 1 ]; then echo; echo "![ratios]($NAME.png)"; fi
     if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
     if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
     echo
-    echo "Raw runs: latest.tsv (benchmark, allocator, run, status, ops/s, max RSS KiB, seconds; for bench_rss also its peak, after-90% RSS and ratio, and above-baseline MiB)."
-} > "$OUT/latest.md"
+    echo "Raw runs: $NAME.tsv (benchmark, allocator, run, status, ops/s, max RSS KiB, seconds, minor faults, major faults, 1-minute load average before the run; for bench_rss also its peak, after-90% RSS and ratio, and above-baseline MiB)."
+} > "$OUT/$NAME.md"
 
 echo
 echo "$TABLE"
+if [ -n "$BESTTABLE" ]; then echo; echo "$REF against the best of the others:"; echo; echo "$BESTTABLE"; fi
 if [ -n "$MEMTABLE" ]; then echo; echo "bench_rss, memory given back (medians, lower is better):"; echo; echo "$MEMTABLE"; fi
 echo
 echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
-echo "written: $OUT/latest.md$( [ $PNG_OK = 1 ] && echo " and $OUT/latest.png")"
+echo "written: $OUT/$NAME.md$( [ $PNG_OK = 1 ] && echo " and $OUT/$NAME.png")"
 if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
 if [ $FAILED != 0 ]; then
     echo

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Run real programs with and without LD_PRELOAD=LIB and compare what they do.
 #
-#   scripts/run_apps.sh [LIB]        LIB defaults to ./libhakmem.so
+#   scripts/run_apps.sh [LIB...]     LIB defaults to ./libhakmem.so
 #
-# Every app runs twice in its own scratch directory: once plainly (the
-# reference) and once with LIB preloaded; its stdout and exit status must be
-# the same both times.  Each run is bounded by `timeout` (APP_TIMEOUT seconds,
-# default 120).  Prints `PASS app` or `FAIL app (reason)` per app and exits 1
-# if any app failed.  APPS="python3 git" runs only the apps named.
+# Every app runs in its own scratch directories: once plainly (the reference)
+# and once with each LIB preloaded; its stdout and exit status must be the
+# same every time.  Each run is bounded by `timeout` (APP_TIMEOUT seconds,
+# default 120).  Prints `PASS app` or `FAIL app (reason)` per app (with
+# several LIBs, per app and LIB: `PASS app [libname.so]`) and exits 1 if any
+# app failed.  APPS="python3 git" runs only the apps named.
 #
 # Apps: python3 (dicts, json, re, sqlite3, threads, big blocks), git, gcc,
 # perl, sort, make (a parallel build of a generated 33-file C project),
 # sqlite3 (the shell, on :memory: and on a db file) and redis (redis-server on
 # 127.0.0.1, port 6390..6420, driven by redis-benchmark and checked with
 # redis-cli).  scripts/install_deps.sh test installs them; a missing tool is a
-# FAIL.  The apps preload a copy of LIB taken at the start.
+# FAIL.  The apps preload a copy of each LIB taken at the start.
 set -uo pipefail
 
-LIB="${1:-./libhakmem.so}"
+LIBS=("$@")
+[ "${#LIBS[@]}" -eq 0 ] && LIBS=(./libhakmem.so)
 TMO="${APP_TIMEOUT:-120}"
 ALL_APPS=(python3 git gcc perl sort make sqlite3 redis)
 read -r -a APPS <<<"${APPS:-${ALL_APPS[*]}}"
@@ -698,11 +700,11 @@ export IN="$WORK/in" APP_TMO="$TMO"
 # Driver.
 # ---------------------------------------------------------------------------
 FAILED=0
-report() {   # app status [reason]
+report() {   # app status [reason]; the lib's name is in LABEL
     if [ "$2" = PASS ]; then
-        echo "PASS $1"
+        echo "PASS $1$LABEL"
     else
-        echo "FAIL $1 ($3)"
+        echo "FAIL $1$LABEL ($3)"
         FAILED=$((FAILED + 1))
     fi
 }
@@ -714,30 +716,33 @@ describe_rc() {
     else echo "exit status $rc"; fi
 }
 
-LIB_ABS=""
-LIB_PROBLEM=""
-if [ ! -f "$LIB" ]; then
-    LIB_PROBLEM="library $LIB not found"
-else
-    # Run a snapshot: a rebuild of LIB during the run must not change (or
-    # briefly remove) the library that the apps preload.
-    LIB_ABS="$WORK/lib/$(basename "$LIB")"
-    mkdir -p "$WORK/lib" && cp "$LIB" "$LIB_ABS" || LIB_PROBLEM="cannot copy $LIB"
-fi
-if [ -z "$LIB_PROBLEM" ]; then
-    # Make sure the preload really takes effect, or every comparison is moot.
-    probe="$(LD_PRELOAD="$LIB_ABS" cat /proc/self/maps 2>"$WORK/probe.err")"
-    if grep -q 'cannot be preloaded' "$WORK/probe.err" || ! grep -qF "$LIB_ABS" <<<"$probe"; then
-        LIB_PROBLEM="$LIB cannot be preloaded: $(head -c 200 "$WORK/probe.err" | tr '\n' ' ')"
+# LIB_ABS[k]: the snapshot of LIBS[k] the apps preload; LIB_PROBLEM[k]: why not.
+LIB_ABS=() LIB_PROBLEM=() LIB_LABEL=()
+for k in "${!LIBS[@]}"; do
+    LIB="${LIBS[$k]}" abs="" problem=""
+    if [ ! -f "$LIB" ]; then
+        problem="library $LIB not found"
+    else
+        # Run a snapshot: a rebuild of LIB during the run must not change (or
+        # briefly remove) the library that the apps preload.
+        abs="$WORK/lib$k/$(basename "$LIB")"
+        mkdir -p "$WORK/lib$k" && cp "$LIB" "$abs" || problem="cannot copy $LIB"
     fi
-fi
+    if [ -z "$problem" ]; then
+        # Make sure the preload really takes effect, or every comparison is moot.
+        probe="$(LD_PRELOAD="$abs" cat /proc/self/maps 2>"$WORK/probe.err")"
+        if grep -q 'cannot be preloaded' "$WORK/probe.err" || ! grep -qF "$abs" <<<"$probe"; then
+            problem="$LIB cannot be preloaded: $(head -c 200 "$WORK/probe.err" | tr '\n' ' ')"
+        fi
+    fi
+    LIB_ABS+=("$abs") LIB_PROBLEM+=("$problem") LIB_LABEL+=("")
+    [ "${#LIBS[@]}" -gt 1 ] && LIB_LABEL[k]=" [$(basename "$LIB")]"
+done
 
 for app in "${APPS[@]}"; do
+    LABEL=""
     if ! declare -F "app_$app" >/dev/null; then
         report "$app" FAIL "unknown app"; continue
-    fi
-    if [ -n "$LIB_PROBLEM" ]; then
-        report "$app" FAIL "$LIB_PROBLEM"; continue
     fi
     case "$app" in
         make)  tools="make gcc ar" ;;
@@ -747,35 +752,41 @@ for app in "${APPS[@]}"; do
     missing=""
     for tool in $tools; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
     if [ -n "$missing" ]; then
-        report "$app" FAIL "not installed:$missing (scripts/install_deps.sh test installs it)"; continue
+        for k in "${!LIBS[@]}"; do
+            LABEL="${LIB_LABEL[$k]}"
+            report "$app" FAIL "not installed:$missing (scripts/install_deps.sh test installs it)"
+        done
+        continue
     fi
-    for mode in ref pre; do
-        d="$WORK/$app.$mode"
-        mkdir -p "$d/cwd"
-        if [ "$mode" = ref ]; then
-            (cd "$d/cwd" && timeout -k 10 "$TMO" bash -c "set -eo pipefail; app_$app") \
-                >"$d/out" 2>"$d/err"
-        else
-            (cd "$d/cwd" && LD_PRELOAD="$LIB_ABS" timeout -k 10 "$TMO" bash -c "set -eo pipefail; app_$app") \
-                >"$d/out" 2>"$d/err"
+    # The reference once, then each library against it.
+    d="$WORK/$app.ref"
+    mkdir -p "$d/cwd"
+    (cd "$d/cwd" && timeout -k 10 "$TMO" bash -c "set -eo pipefail; app_$app") >"$d/out" 2>"$d/err"
+    ref_rc=$?
+    for k in "${!LIBS[@]}"; do
+        LABEL="${LIB_LABEL[$k]}"
+        if [ -n "${LIB_PROBLEM[$k]}" ]; then
+            report "$app" FAIL "${LIB_PROBLEM[$k]}"; continue
         fi
-        echo $? >"$d/rc"
+        d="$WORK/$app.pre$k"
+        mkdir -p "$d/cwd"
+        (cd "$d/cwd" && LD_PRELOAD="${LIB_ABS[$k]}" timeout -k 10 "$TMO" bash -c "set -eo pipefail; app_$app") \
+            >"$d/out" 2>"$d/err"
+        pre_rc=$?
+        if [ "$ref_rc" -ne 0 ]; then
+            report "$app" FAIL "reference run without preload failed: $(describe_rc "$ref_rc"): $(tail -n 2 "$WORK/$app.ref/err" | tr '\n' ' ' | head -c 200)"
+        elif [ "$pre_rc" -ne 0 ]; then
+            report "$app" FAIL "with preload: $(describe_rc "$pre_rc"); stderr: $(tail -n 3 "$d/err" | tr '\n' ' ' | head -c 300)"
+        elif grep -q 'cannot be preloaded' "$d/err"; then
+            report "$app" FAIL "preload did not take effect"
+        elif ! cmp -s "$WORK/$app.ref/out" "$d/out"; then
+            report "$app" FAIL "output differs"
+            echo "--- diff (reference vs preload of ${LIBS[$k]}) for $app:" >&2
+            diff "$WORK/$app.ref/out" "$d/out" | head -n 20 >&2
+        else
+            report "$app" PASS
+        fi
     done
-    ref_rc=$(cat "$WORK/$app.ref/rc")
-    pre_rc=$(cat "$WORK/$app.pre/rc")
-    if [ "$ref_rc" -ne 0 ]; then
-        report "$app" FAIL "reference run without preload failed: $(describe_rc "$ref_rc"): $(tail -n 2 "$WORK/$app.ref/err" | tr '\n' ' ' | head -c 200)"
-    elif [ "$pre_rc" -ne 0 ]; then
-        report "$app" FAIL "with preload: $(describe_rc "$pre_rc"); stderr: $(tail -n 3 "$WORK/$app.pre/err" | tr '\n' ' ' | head -c 300)"
-    elif grep -q 'cannot be preloaded' "$WORK/$app.pre/err"; then
-        report "$app" FAIL "preload did not take effect"
-    elif ! cmp -s "$WORK/$app.ref/out" "$WORK/$app.pre/out"; then
-        report "$app" FAIL "output differs"
-        echo "--- diff (reference vs preload) for $app:" >&2
-        diff "$WORK/$app.ref/out" "$WORK/$app.pre/out" | head -n 20 >&2
-    else
-        report "$app" PASS
-    fi
 done
 
 [ "$FAILED" -eq 0 ]

@@ -1,30 +1,357 @@
 #!/usr/bin/env bash
-# Run every built test binary, then the real-application checks.
+# Run the test binaries over the gate matrix, two at a time, beside the real
+# programs and the hardened checks; ends with "N passed, N failed (elapsed
+# XmYYs)".
 #
-#   scripts/run_tests.sh            (from anywhere; works in the repo root)
+#   scripts/run_tests.sh           what `make test` runs: every row of the gate
+#                                  matrix below with its tests, STRESS_SCALE=1
+#   scripts/run_tests.sh --quick   `make check`: the unit and stress tests once
+#                                  (no setting), STRESS_SCALE=0.5, the real
+#                                  programs with libhakmem.so
+#   scripts/run_tests.sh --soak    `make soak`: every row runs every test,
+#                                  STRESS_SCALE=16 (at least the sizes the stress
+#                                  tests had before they were scaled)
 #
-# Runs build/tests/unit/* and build/tests/stress/* (each bounded by
-# TEST_TIMEOUT seconds, default 300), then all of them again under each
-# non-default setting of every run-time gate (MATRIX_SETTINGS below; each run
-# is its own entry, named with the setting in brackets; MATRIX=0 skips this),
-# then the same tests linked with the hardened build (build/tests-hardened/),
-# sums the cmocka counts of each binary
-# ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"), then runs
-# scripts/run_apps.sh ./libhakmem.so, where every app counts as one test,
-# then scripts/run_hardened_tests.sh (misuse caught by libhakmem_hardened.so;
-# the apps again under it).  A
-# binary that crashes or times out counts as failed.  Ends with the line
-# "N passed, N failed"; exits 1 if anything failed or nothing ran.
+# Test binaries are build/tests/{unit,stress}/* (build/tests-hardened/ for the
+# rows of the hardened build).  Each run is one entry, named with its row in
+# brackets ("stress/test_fork [HAKMEM_STATS=1]"), bounded by TEST_TIMEOUT
+# seconds (default 300 x STRESS_SCALE, at least 300); a binary that crashes or
+# times out counts as failed.  The cmocka counts of each binary are summed
+# ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"); every app of
+# scripts/run_apps.sh ./libhakmem.so ./libhakmem_hardened.so counts as one
+# test per library, and so does every misuse case of
+# scripts/run_hardened_tests.sh.
+#
+# TEST_JOBS jobs run at once (default: the number of CPUs): the apps and the
+# misuse cases first, then the rows' binaries, each with its own log.  The
+# entries are printed in that order, whatever order they finish in, with
+# the wall and CPU seconds of each, and the CPU seconds of every row at the
+# end.  A failed entry prints the end of its log.
+#
+# STRESS_SCALE (tests/stress/stress_common.h) sizes the stress tests; a value
+# in the environment wins over the mode's.  MATRIX=0 runs only the first row
+# (no setting).  MATRIX_ROWS=REGEX runs only the rows whose build and setting
+# match (e.g. MATRIX_ROWS=PURGE, MATRIX_ROWS='^hardened'), without the apps.
+# TEST_START=EPOCH (set by `make test`) is when the elapsed time starts.
+# HAKMEM_* settings of the caller's environment are dropped: each row says
+# what it sets.
+#
+# The matrix is checked before anything runs: every option of the options
+# table (the { "HAKMEM_...", &hak_opt... } rows of core/hakmem_options.c) must
+# have a row here, and every HAKMEM_* name a row sets must be in that table;
+# each miss counts as a failure.  So does a run in which hakmem rejected the
+# row's setting (its "is outside" / "is not one of" / "unknown setting" line).
+#
+# Exits 1 if anything failed or nothing ran.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
-TMO="${TEST_TIMEOUT:-300}"
+START="${TEST_START:-$(date +%s)}"
+
+MODE=test
+case "${1:-}" in
+    '') ;;
+    --quick) MODE=quick ;;
+    --soak) MODE=soak ;;
+    *) echo "usage: $0 [--quick|--soak]" >&2; exit 2 ;;
+esac
+case "$MODE" in
+    quick) SCALE="${STRESS_SCALE:-0.5}" ;;
+    soak)  SCALE="${STRESS_SCALE:-16}" ;;
+    *)     SCALE="${STRESS_SCALE:-1}" ;;
+esac
+export STRESS_SCALE="$SCALE"
+TMO="${TEST_TIMEOUT:-$(awk -v s="$SCALE" 'BEGIN { t = 300 * s; if (t < 300) t = 300; printf "%d", t }')}"
+JOBS="${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+[ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=2
+export CMOCKA_MESSAGE_OUTPUT=stdout   # the format parsed below
+
+for v in $(compgen -e | grep '^HAKMEM_'); do
+    echo "run_tests: $v=${!v} from the environment dropped (the matrix sets the settings)"
+    unset "$v"
+done
+
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/hakmem-tests.XXXXXX")" || { echo "run_tests: mktemp failed" >&2; exit 1; }
 trap 'rm -rf "$LOGDIR"' EXIT
-export CMOCKA_MESSAGE_OUTPUT=stdout   # the format parsed below
+# Interrupted: stop the running jobs (each job's shell and what it started:
+# timeout passes the signal on to its test).
+stop_jobs() {
+    local p
+    for p in $(jobs -p); do
+        pkill -TERM -P "$p" 2>/dev/null
+        kill -TERM "$p" 2>/dev/null
+    done
+}
+trap 'stop_jobs; exit 130' INT TERM
 
 TOTAL_PASS=0
 TOTAL_FAIL=0
+
+# ---- the gate matrix --------------------------------------------------------
+# One row per setting: the build (default: build/tests/, hardened:
+# build/tests-hardened/), the setting (VAR=VALUE, several joined by commas;
+# "-" for none), and the stress tests that drive the code the setting
+# switches (stress/test_NAME; "all" for every one; "-" for none).  Every row
+# also runs every unit test.  NAME:A,B runs only the tests test_NAME_A and
+# test_NAME_B of that program (STRESS_TESTS, stress_common.h).  `make soak`
+# runs every test in every row.
+#
+# The stress tests and the mechanisms they drive:
+#   tiers         SuperSlab tiers HOT -> DRAINING -> FREE, give-back, trim
+#   remote_free   remote frees under contention; remotely freed memory reused
+#   mt_stress     every tier and the aligned calls across 8 threads, most
+#                 frees remote; realloc ping-pong across tiers and threads
+#   thread_exit   heaps abandoned with blocks out, adopted, swept, given back
+#   thread_churn  thousands of short threads, key destructors, detached threads
+#   fork          fork() from the main thread and from a busy thread
+#   purge         memory given back by time: hand-offs without join, reuse
+#                 within the delay, malloc_trim of another live thread's
+#                 memory, large-block reuse, fork while a purge is due
+#   atfork        fork handlers of a library loaded first, which allocate and
+#                 free (a thread's first allocation, a large block) while
+#                 hakmem holds its locks for fork()
+#   oom           out of memory in every tier through every entry point;
+#                 oom:core is its tests of the tiers themselves (each tier
+#                 filled until NULL and refilled, memory freed by one tier
+#                 serving another, a thread's first allocation); the other
+#                 entry points differ only above the tiers, in code that no
+#                 setting and not the hardened build changes
+#
+# Why each setting runs what it runs (it changes the code these drive):
+#   none           everything; the hardened build: everything (OOM: the tiers)
+#   VERBOSE=1      prints the settings at start-up: the unit tests
+#   STATS=1        every call takes a slow path that counts it, and a thread
+#                  reaches its heap through its owner pointer: everything
+#   BATCH_TIER_SIZE=1, =256   how soon a refill sees its SuperSlab DRAINING:
+#                  tier changes, remote frees, adoption; at 1 slabs are parked
+#                  at once, also when memory runs out
+#   L2_RING_CAP=1, L25_RING_CAP=1   ring refills and flushes: remote frees,
+#                  flushes at thread exit, L2.5 blocks decommitted on leaving
+#                  the ring, tier changes
+#   TINY_C2_LOCAL_CACHE=1     a per-thread 32-byte cache linking blocks of
+#                  several SuperSlabs: remote frees, thread exit, SuperSlabs
+#                  released under it, the 32-byte tier out of memory
+#   MID_INUSE_DEFERRED=1      slabs' in-use counts applied per L2 flush: slabs
+#                  emptied and released, remote frees, thread exit
+#   PURGE_DELAY_MS=0          free memory goes back to the OS at once (as
+#                  before the delay existed): every give-back path, decommits
+#                  under remote frees, thread exit and fork, OOM's make_room
+#   PURGE_DELAY_MS=3600000    nothing goes back by time: the caches and
+#                  stamps only grow, so trim, OOM and exit must still work
+#   SS_LOOKUP_KIND=radix      how free() finds a chunk, with a lock and
+#                  metadata of its own (held across fork, mapped as memory
+#                  runs out, large blocks registered as they grow): everything
+#   hardened, radix           the hardened free-path check through the radix
+#                  lookup, its locks across fork: everything but OOM (the
+#                  radix row and the hardened row have that)
+#   PROFILE=path   sampled blocks live in the profiler's own heap and their
+#                  free goes through the chunk map's cold path; the fast
+#                  paths count down to each sample: every tier, remote frees
+#                  of sampled blocks, exited threads' countdowns, fork with
+#                  the profiler's lock, trim of the profiler's heap, OOM
+#   PROFILE_RATE=4096         most blocks above 4 KiB sampled, many stacks
+#                  and records (1, the end of the range, samples every
+#                  allocation and would take hours): the tiers, remote frees
+#   PROFILE_LEAKS=1           sampling without a profile file, the leak report
+#                  at every exit: threads that exit with blocks out, fork
+#   PROFILE_UNWINDER=libgcc   the other stack walker: threads (its caches)
+#   PROFILE_SIGNAL=12         the handler installed; test_profile sends it:
+#                  the unit tests
+#   hardened, PROFILE         sampled blocks under the hardened free check
+#                  and its dead ranges: the tiers, remote frees, fork
+# ($LOGDIR in a row is the run's log directory; profiles are written there.)
+#
+# A setting with no row fails the run.  A new row costs about 10 CPU seconds
+# for the unit tests plus 3-15 per stress test (40 for all of test_oom, 15 for
+# oom:core); the seconds of every row are printed at the end.  `make test`
+# must stay under 10 minutes on 2 CPUs.
+MATRIX_SETTINGS='
+# build    setting                          stress tests
+default    -                                all
+default    HAKMEM_VERBOSE=1                 -
+default    HAKMEM_STATS=1                   tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
+default    HAKMEM_BATCH_TIER_SIZE=1         tiers remote_free mt_stress thread_exit oom:core
+default    HAKMEM_BATCH_TIER_SIZE=256       tiers remote_free mt_stress thread_exit
+default    HAKMEM_L2_RING_CAP=1             tiers remote_free mt_stress thread_exit thread_churn
+default    HAKMEM_L25_RING_CAP=1            tiers remote_free mt_stress thread_exit thread_churn
+default    HAKMEM_TINY_C2_LOCAL_CACHE=1     tiers remote_free mt_stress thread_exit thread_churn oom:core
+default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_exit
+default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
+default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
+default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
+hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free
+default    HAKMEM_PROFILE_LEAKS=1           thread_exit fork
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_UNWINDER=libgcc   remote_free thread_churn
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_SIGNAL=12   -
+hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork
+hardened   HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free fork
+'
+
+# NAME:A,B -> test_NAME_A,test_NAME_B; oom:core is the OOM tests of the tiers.
+subset_tests() {   # NAME SUBSET -> comma-separated cmocka test names
+    local t out=""
+    for t in ${2//,/ }; do
+        case "$1:$t" in
+            oom:core) t="malloc,test_oom_cross_tier,test_oom_new_thread" ;;
+        esac
+        out="${out:+$out,}test_${1}_$t"
+    done
+    echo "$out"
+}
+
+# ---- the binaries ------------------------------------------------------------
+shopt -s nullglob
+UNIT=() STRESS=()
+for b in build/tests/unit/*; do [ -f "$b" ] && [ -x "$b" ] && UNIT+=("${b##*/}"); done
+for b in build/tests/stress/*; do [ -f "$b" ] && [ -x "$b" ] && STRESS+=("${b##*/}"); done
+shopt -u nullglob
+if [ "${#UNIT[@]}" -eq 0 ] && [ "${#STRESS[@]}" -eq 0 ]; then
+    echo "run_tests: no test binaries under build/tests (run 'make tests' first)" >&2
+fi
+
+fail_setup() {   # MESSAGE: a problem of the matrix itself, one failure
+    echo "FAIL $1"
+    TOTAL_FAIL=$((TOTAL_FAIL + 1))
+}
+
+# ---- every option has a row, every row's option exists -----------------------
+OPTIONS_FILE=core/hakmem_options.c
+OPTIONS=()
+if [ -f "$OPTIONS_FILE" ]; then
+    mapfile -t OPTIONS < <(sed -n 's/^ *{ *"\(HAKMEM_[A-Z0-9_]*\)", *\(&hak_opt\|NULL\).*/\1/p' "$OPTIONS_FILE" | sort -u)
+fi
+[ "${#OPTIONS[@]}" -eq 0 ] && fail_setup "gate matrix: no options found in $OPTIONS_FILE (its { \"HAKMEM_...\", &hak_opt... } rows)"
+ROW_NAMES=$(echo "$MATRIX_SETTINGS" | grep -v '^ *#' | awk 'NF >= 2 { print $2 }' | tr ',' '\n' |
+            sed -n 's/^\(HAKMEM_[A-Z0-9_]*\)=.*/\1/p' | sort -u)
+for o in "${OPTIONS[@]}"; do
+    grep -qx "$o" <<<"$ROW_NAMES" ||
+        fail_setup "gate matrix: $o (in $OPTIONS_FILE) has no row in MATRIX_SETTINGS of scripts/run_tests.sh; add one naming the tests that drive what it switches"
+done
+for n in $ROW_NAMES; do
+    printf '%s\n' "${OPTIONS[@]}" | grep -qx "$n" ||
+        fail_setup "gate matrix: a row sets $n, which is not in the options table ($OPTIONS_FILE)"
+done
+
+# ---- the job list ----------------------------------------------------------------
+# Job i: J_NAME[i] (the entry's name), J_KIND[i] (bin, apps, hardened),
+# J_BIN[i], J_ENV[i] (space-separated VAR=VALUE), J_ROW[i] (index of its row).
+J_NAME=() J_KIND=() J_BIN=() J_ENV=() J_ROW=()
+ROW_LABEL=() ROW_CPU=()
+add_job() {   # NAME KIND BIN ENV ROW
+    J_NAME+=("$1"); J_KIND+=("$2"); J_BIN+=("$3"); J_ENV+=("$4"); J_ROW+=("$5")
+}
+
+# The real programs first: they run on one CPU for a minute or two, beside
+# the test binaries; one reference run of each app serves both libraries.
+# MATRIX_ROWS leaves them out.
+APP_ROW=${#ROW_LABEL[@]}
+ROW_LABEL+=("apps"); ROW_CPU+=(0)
+APP_LIBS="./libhakmem.so ./libhakmem_hardened.so"
+[ "$MODE" = quick ] && APP_LIBS="./libhakmem.so"
+if [ -n "${MATRIX_ROWS:-}" ]; then
+    :
+elif [ -x scripts/run_apps.sh ]; then
+    add_job "apps ($APP_LIBS)" apps scripts/run_apps.sh "$APP_LIBS" "$APP_ROW"
+else
+    fail_setup "apps (scripts/run_apps.sh missing)"
+fi
+if [ "$MODE" != quick ] && [ -z "${MATRIX_ROWS:-}" ]; then
+    if [ -x scripts/run_hardened_tests.sh ]; then
+        add_job "hardened checks (misuse cases)" hardened scripts/run_hardened_tests.sh "HARDENED_APPS=0" "$APP_ROW"
+    else
+        fail_setup "hardened checks (scripts/run_hardened_tests.sh missing)"
+    fi
+fi
+
+have_stress() { local s; for s in "${STRESS[@]}"; do [ "$s" = "test_$1" ] && return 0; done; return 1; }
+
+nrow=0
+while read -r build setting tests; do
+    case "$build" in ''|'#'*) continue ;; esac
+    nrow=$((nrow + 1))
+    if [ "$MODE" = quick ] || [ "${MATRIX:-1}" = 0 ]; then
+        [ "$nrow" -gt 1 ] && continue
+    fi
+    if [ -n "${MATRIX_ROWS:-}" ] && ! grep -qE -- "$MATRIX_ROWS" <<<"$build $setting"; then
+        continue
+    fi
+    case "$build" in
+        default)  dir=build/tests ;;
+        hardened) dir=build/tests-hardened ;;
+        *) fail_setup "gate matrix: row '$build $setting': the build is default or hardened"; continue ;;
+    esac
+    env=""
+    [ "$setting" != - ] && env="${setting//,/ }"
+    env="${env//'$LOGDIR'/$LOGDIR}"
+    label="$build${env:+ $setting}"
+    row=${#ROW_LABEL[@]}
+    ROW_LABEL+=("$label"); ROW_CPU+=(0)
+    suffix=""
+    [ "$build" = hardened ] && suffix=" [hardened]"
+    [ -n "$env" ] && suffix="$suffix [${env}]"
+    # The stress tests of the row: "all", "-", or names (NAME or NAME:SUBSET).
+    [ -z "$tests" ] && { fail_setup "gate matrix: row '$label' names no tests ('-' for the unit tests alone)"; continue; }
+    [ "$MODE" = soak ] && tests=all
+    list=()
+    case "$tests" in
+        all) for s in "${STRESS[@]}"; do list+=("${s#test_}"); done ;;
+        -) ;;
+        *) read -ra list <<<"$tests" ;;
+    esac
+    if [ ! -d "$dir" ]; then
+        fail_setup "$label: $dir missing (make tests)"
+        continue
+    fi
+    # The stress tests first (the longest jobs start early), then the unit tests.
+    for t in "${list[@]}"; do
+        name="${t%%:*}" sub=""
+        [ "$name" != "$t" ] && sub="${t#*:}"
+        if ! have_stress "$name"; then
+            fail_setup "gate matrix: row '$label' names stress/test_$name, which was not built"
+            continue
+        fi
+        jenv="$env"
+        if [ -n "$sub" ]; then
+            jenv="${jenv:+$jenv }STRESS_TESTS=$(subset_tests "$name" "$sub")"
+            add_job "stress/test_$name:$sub$suffix" bin "$dir/stress/test_$name" "$jenv" "$row"
+        else
+            add_job "stress/test_$name$suffix" bin "$dir/stress/test_$name" "$jenv" "$row"
+        fi
+    done
+    for u in "${UNIT[@]}"; do
+        add_job "unit/$u$suffix" bin "$dir/unit/$u" "$env" "$row"
+    done
+done <<<"$MATRIX_SETTINGS"
+
+# ---- running -----------------------------------------------------------------------
+# A job writes LOGDIR/i.log and, when done, LOGDIR/i.res: "rc wall_seconds cpu_seconds".
+cpu_of_children() {   # FILE written by `times`: the children's user + system seconds
+    tail -n 1 "$1" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } printf "%.1f", s }'
+}
+
+run_job() {   # INDEX
+    local i=$1 log="$LOGDIR/$1.log" start end rc envs=()
+    start=$(date +%s.%N)
+    case "${J_KIND[$i]}" in
+        bin)
+            read -ra envs <<<"${J_ENV[$i]}"
+            timeout -k 10 "$TMO" env "${envs[@]}" "${J_BIN[$i]}" >"$log" 2>&1 ;;
+        apps)
+            read -ra envs <<<"${J_ENV[$i]}"      # here: the libraries
+            "${J_BIN[$i]}" "${envs[@]}" >"$log" 2>"$LOGDIR/$i.err" ;;
+        hardened)
+            read -ra envs <<<"${J_ENV[$i]}"
+            env "${envs[@]}" "${J_BIN[$i]}" >"$log" 2>"$LOGDIR/$i.err" ;;
+    esac
+    rc=$?
+    # In this shell, not in a pipe or $(...): a new process has no children.
+    times >"$LOGDIR/$i.times"
+    end=$(date +%s.%N)
+    echo "$rc $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }') $(cpu_of_children "$LOGDIR/$i.times")" >"$LOGDIR/$i.tmp"
+    mv "$LOGDIR/$i.tmp" "$LOGDIR/$i.res"
+}
 
 describe_rc() {
     local rc=$1
@@ -33,34 +360,18 @@ describe_rc() {
     else echo "exit status $rc"; fi
 }
 
-# run_binary BIN [SETTING]: run one test binary, optionally with extra
-# environment settings (SETTING: "VAR=VALUE ..."; then named "NAME [SETTING]").
-run_binary() {
-    local bin="$1" setting="${2:-}" name log rc start end secs passed failed planned extra note
-    name="${bin#build/tests/}"
-    case "$bin" in build/tests-hardened/*) name="${bin#build/tests-hardened/} [hardened]" ;; esac
-    [ -n "$setting" ] && name="$name [$setting]"
-    log="$LOGDIR/$(echo "$name" | tr '/ []=' '_____').log"
-    start=$(date +%s.%N)
-    if [ -n "$setting" ]; then
-        local envs
-        read -ra envs <<<"$setting"
-        timeout -k 10 "$TMO" env "${envs[@]}" "$bin" >"$log" 2>&1
-    else
-        timeout -k 10 "$TMO" "$bin" >"$log" 2>&1
-    fi
-    rc=$?
-    end=$(date +%s.%N)
-    secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+count() {   # REGEX FILE: the sum of the first capture of sed's REGEX
+    sed -n "s/$1/\\1/p" "$2" | awk '{ s += $1 } END { print s + 0 }'
+}
 
-    passed=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
-    failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
-    planned=$(sed -n 's/^\[==========\] Running \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | awk '{ s += $1 } END { print s + 0 }')
-
-    note=""
+SUM_CPU=0
+report_bin() {   # INDEX RC SECS CPU
+    local i=$1 rc=$2 secs=$3 cpu=$4 log="$LOGDIR/$1.log" name="${J_NAME[$1]}" passed failed planned extra note=""
+    passed=$(count '^\[  PASSED  \] \([0-9][0-9]*\) test(s)\..*' "$log")
+    failed=$(count '^\[  FAILED  \] \([0-9][0-9]*\) test(s).*' "$log")
+    planned=$(count '^\[==========\] Running \([0-9][0-9]*\) test(s)\..*' "$log")
     if [ "$rc" -ne 0 ] && ! grep -q '^\[  PASSED  \]\|^\[  FAILED  \] [0-9]' "$log"; then
-        # Died before its summary: count the tests that finished "OK".
-        passed=$(grep -c '^\[       OK \]' "$log")
+        passed=$(grep -c '^\[       OK \]' "$log")   # died before its summary
     fi
     if [ "$rc" -ne 0 ]; then
         # A crash or timeout: every test that did not report success failed
@@ -73,116 +384,94 @@ run_binary() {
     elif [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
         passed=1   # not a cmocka program (or no summary): judged by its exit status
     fi
-
+    # A setting hakmem rejected: the run tested the default instead.
+    if grep -qE '^hakmem: (unknown setting |HAKMEM_[A-Z0-9_]+=.* (is outside|is not a number|is not one of))' "$log"; then
+        failed=$((failed + 1))
+        note="$note - hakmem rejected the setting: $(grep -m1 -E '^hakmem: (unknown setting|HAKMEM_)' "$log")"
+    fi
     TOTAL_PASS=$((TOTAL_PASS + passed))
     TOTAL_FAIL=$((TOTAL_FAIL + failed))
     if [ "$failed" -eq 0 ]; then
-        printf 'PASS %-56s %3d passed (%ss)\n' "$name" "$passed" "$secs"
+        printf 'PASS %-60s %3d passed (%ss, cpu %ss)\n' "$name" "$passed" "$secs" "$cpu"
     else
-        printf 'FAIL %-56s %3d passed, %d failed (%ss)%s\n' "$name" "$passed" "$failed" "$secs" "$note"
+        printf 'FAIL %-60s %3d passed, %d failed (%ss, cpu %ss)%s\n' "$name" "$passed" "$failed" "$secs" "$cpu" "$note"
         echo "----- last lines of $name:"
         tail -n 40 "$log"
         echo "-----"
     fi
 }
 
-shopt -s nullglob
-BINS=()
-for b in build/tests/unit/* build/tests/stress/*; do
-    [ -f "$b" ] && [ -x "$b" ] && BINS+=("$b")
-done
-shopt -u nullglob
-
-if [ "${#BINS[@]}" -eq 0 ]; then
-    echo "run_tests: no test binaries under build/tests (run 'make tests' first)" >&2
-fi
-for b in "${BINS[@]}"; do
-    run_binary "$b"
-done
-
-# The gate matrix: every unit and stress test again under each non-default
-# setting of every run-time gate (docs/ENV_VARS.md; numeric gates at the ends
-# of their ranges).  MATRIX=0 skips it for a quick run.
-MATRIX_SETTINGS=(
-    HAKMEM_STATS=1
-    HAKMEM_BATCH_TIER_SIZE=1
-    HAKMEM_BATCH_TIER_SIZE=256
-    HAKMEM_L2_RING_CAP=1
-    HAKMEM_L25_RING_CAP=1
-    HAKMEM_TINY_C2_LOCAL_CACHE=1
-    HAKMEM_MID_INUSE_DEFERRED=1
-    HAKMEM_SS_LOOKUP_KIND=radix
-    # The heap profiler: sampled blocks (the profiler's own heap) in every
-    # test; at rate 4096 most blocks above 4 KiB are sampled (the end of the
-    # range, 1, samples every allocation and makes the stress tests take
-    # hours); the leak report at every exit; libgcc's unwinder; the signal
-    # handler installed (test_profile sends the signal).  Profiles go to
-    # $LOGDIR, removed at the end.
-    "HAKMEM_PROFILE=$LOGDIR/prof.%p"
-    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_RATE=4096"
-    HAKMEM_PROFILE_LEAKS=1
-    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_UNWINDER=libgcc"
-    "HAKMEM_PROFILE=$LOGDIR/prof.%p HAKMEM_PROFILE_SIGNAL=12"
-)
-if [ "${MATRIX:-1}" != 0 ]; then
-    for setting in "${MATRIX_SETTINGS[@]}"; do
-        for b in "${BINS[@]}"; do
-            run_binary "$b" "$setting"
-        done
-    done
-fi
-
-# The same tests on the hardened build, by default and with the radix
-# lookup (its free path has the check of its own).
-HBINS=()
-shopt -s nullglob
-for b in build/tests-hardened/unit/* build/tests-hardened/stress/*; do
-    [ -f "$b" ] && [ -x "$b" ] && HBINS+=("$b")
-done
-shopt -u nullglob
-[ "${#HBINS[@]}" -eq 0 ] && { echo "FAIL hardened tests (build/tests-hardened missing: make tests)"; TOTAL_FAIL=$((TOTAL_FAIL + 1)); }
-for setting in "" HAKMEM_SS_LOOKUP_KIND=radix; do
-    [ -n "$setting" ] && [ "${MATRIX:-1}" = 0 ] && continue
-    for b in "${HBINS[@]}"; do
-        run_binary "$b" "$setting"
-    done
-done
-
-# Real applications, one test each.
-APPS_LOG="$LOGDIR/apps.log"
-if [ -x scripts/run_apps.sh ]; then
-    scripts/run_apps.sh ./libhakmem.so >"$APPS_LOG" 2>"$LOGDIR/apps.err"
-    apps_rc=$?
-    cat "$APPS_LOG"
-    app_pass=$(grep -c '^PASS ' "$APPS_LOG")
-    app_fail=$(grep -c '^FAIL ' "$APPS_LOG")
-    if [ "$app_fail" -gt 0 ] || [ "$apps_rc" -ne 0 ]; then
-        [ -s "$LOGDIR/apps.err" ] && { echo "----- run_apps.sh stderr:"; tail -n 40 "$LOGDIR/apps.err"; echo "-----"; }
+report_apps() {   # INDEX RC SECS CPU
+    local i=$1 rc=$2 log="$LOGDIR/$1.log" app_pass app_fail
+    cat "$log"
+    app_pass=$(grep -c '^PASS ' "$log")
+    app_fail=$(grep -c '^FAIL ' "$log")
+    if [ "$app_fail" -gt 0 ] || [ "$rc" -ne 0 ]; then
+        [ -s "$LOGDIR/$i.err" ] && { echo "----- run_apps.sh stderr:"; tail -n 40 "$LOGDIR/$i.err"; echo "-----"; }
         # A failure that printed no FAIL line still counts once.
         [ "$app_fail" -eq 0 ] && app_fail=1
     fi
     TOTAL_PASS=$((TOTAL_PASS + app_pass))
     TOTAL_FAIL=$((TOTAL_FAIL + app_fail))
-else
-    echo "FAIL apps (scripts/run_apps.sh missing)"
-    TOTAL_FAIL=$((TOTAL_FAIL + 1))
-fi
+    printf '     %-60s (%ss, cpu %ss)\n' "${J_NAME[$i]}" "$3" "$4"
+}
 
-# The hardened build: each misuse caught, real programs under it.
-if [ -x scripts/run_hardened_tests.sh ]; then
-    HARD_LOG="$LOGDIR/hardened.log"
-    scripts/run_hardened_tests.sh >"$HARD_LOG" 2>&1
-    hard_rc=$?
-    grep -v ' passed, .* failed$' "$HARD_LOG"
-    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$HARD_LOG" | tail -n 1)
+report_hardened() {   # INDEX RC SECS CPU
+    local i=$1 rc=$2 log="$LOGDIR/$1.log" summary hard_pass hard_fail
+    grep -v ' passed, .* failed$' "$log"
+    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     hard_pass=$(echo "$summary" | awk '{ print $1 + 0 }')
     hard_fail=$(echo "$summary" | awk '{ print $3 + 0 }')
-    [ "$hard_rc" -ne 0 ] && [ "$hard_fail" -eq 0 ] && hard_fail=1
+    [ "$rc" -ne 0 ] && [ "$hard_fail" -eq 0 ] && hard_fail=1
+    if [ "$hard_fail" -gt 0 ] && [ -s "$LOGDIR/$i.err" ]; then
+        echo "----- run_hardened_tests.sh stderr:"; tail -n 40 "$LOGDIR/$i.err"; echo "-----"
+    fi
     TOTAL_PASS=$((TOTAL_PASS + hard_pass))
     TOTAL_FAIL=$((TOTAL_FAIL + hard_fail))
-fi
+    printf '     %-60s (%ss, cpu %ss)\n' "${J_NAME[$i]}" "$3" "$4"
+}
 
-echo "${TOTAL_PASS} passed, ${TOTAL_FAIL} failed"
+NEXT=0
+report_ready() {   # print the finished jobs, in order, up to the first unfinished one
+    local rc secs cpu r
+    while [ "$NEXT" -lt "${#J_NAME[@]}" ] && [ -f "$LOGDIR/$NEXT.res" ]; do
+        read -r rc secs cpu <"$LOGDIR/$NEXT.res"
+        case "${J_KIND[$NEXT]}" in
+            bin) report_bin "$NEXT" "$rc" "$secs" "$cpu" ;;
+            apps) report_apps "$NEXT" "$rc" "$secs" "$cpu" ;;
+            hardened) report_hardened "$NEXT" "$rc" "$secs" "$cpu" ;;
+        esac
+        r=${J_ROW[$NEXT]}
+        ROW_CPU[r]=$(awk -v a="${ROW_CPU[$r]}" -v b="$cpu" 'BEGIN { printf "%.1f", a + b }')
+        SUM_CPU=$(awk -v a="$SUM_CPU" -v b="$cpu" 'BEGIN { printf "%.1f", a + b }')
+        NEXT=$((NEXT + 1))
+    done
+}
+
+echo "run_tests: $MODE, ${#J_NAME[@]} runs, $JOBS at a time, STRESS_SCALE=$SCALE, timeout ${TMO}s each"
+for i in "${!J_NAME[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
+        wait -n
+        report_ready
+    done
+    run_job "$i" &
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
+    wait -n
+    report_ready
+done
+wait
+report_ready
+
+# What each row cost: the budget of a new row is measured against these.
+line="" r=0
+for r in "${!ROW_LABEL[@]}"; do
+    line="$line${line:+, }${ROW_LABEL[$r]} ${ROW_CPU[$r]}"
+done
+echo "cpu seconds by row: $line"
+elapsed=$(( $(date +%s) - START ))
+echo "cpu seconds in all: $SUM_CPU on $JOBS CPUs; $(uptime | sed 's/.*load average/load average/')"
+echo "${TOTAL_PASS} passed, ${TOTAL_FAIL} failed (elapsed $((elapsed / 60))m$(printf '%02d' $((elapsed % 60)))s)"
 if [ "$TOTAL_FAIL" -ne 0 ] || [ $((TOTAL_PASS + TOTAL_FAIL)) -eq 0 ]; then
     exit 1
 fi

@@ -15,13 +15,23 @@
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
 
-/* The per-process random key (hakmem_free_check.c): freed-marks in both
- * builds, encoded links in the hardened one. */
+/* The per-process random key (hakmem_free_check.c): encoded links and
+ * freed-marks in the hardened build. */
 HAK_INTERNAL extern uintptr_t hak_block_key;
 
 /* The freed-mark (free_check_box.h): set in a free block's second word as it
- * is carved or freed, cleared as it is handed to the program. */
+ * is carved or freed, cleared as it is handed to the program.  The default
+ * build mixes the address with its span check's multiplier, which the free
+ * path has in hand (a value with high bits set that no live block holds
+ * unless the program put it there); the hardened build with the secret key,
+ * so a use-after-free write cannot forge a mark (ring pops check it). */
+#ifdef HAK_HARDENED
 static inline uintptr_t hak_freed_mark(const void *p) { return hak_block_key ^ (uintptr_t)p; }
+#else
+static inline uintptr_t hak_freed_mark(const void *p) {
+    return hak_page_slab_of(p)->check.mul ^ (uintptr_t)p;
+}
+#endif
 static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
 static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
 

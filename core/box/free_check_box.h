@@ -8,8 +8,8 @@
  *     A pointer into the middle of a block, into a slab header, into a page
  *     with no slab (never used, or its span retired) or past the blocks
  *     carved so far fails it;
- *   - the freed-mark (block_link_box.h): a free block holds key ^ its
- *     address in its second word, from the moment it is carved or freed
+ *   - the freed-mark (block_link_box.h): a free block holds its address
+ *     mixed with a constant in its second word, from the moment it is carved or freed
  *     until malloc hands it out.  A free that finds the mark is a double
  *     free, wherever the first free left the block (slab list, ring,
  *     32-byte cache, another thread's remote list).

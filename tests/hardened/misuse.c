@@ -61,8 +61,9 @@ int main(int argc, char **argv) {
         free(last);
     } else if (strcmp(what, "given-back") == 0) {    /* its memory went back to the OS */
         void *a[256];
-        for (int i = 0; i < 256; i++) a[i] = malloc(n);
-        for (int i = 0; i < 256; i++) free(a[i]);
+        int count = n >= 1024 * 1024 ? 8 : 256;     /* large: all fit the cache */
+        for (int i = 0; i < count; i++) a[i] = malloc(n);
+        for (int i = 0; i < count; i++) free(a[i]);
         malloc_trim(0);
         say(a[7]);
         free(a[7]);

@@ -8,6 +8,8 @@
 #ifndef HAKMEM_STRESS_COMMON_H
 #define HAKMEM_STRESS_COMMON_H
 
+#include <fnmatch.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -86,6 +88,93 @@ static inline uint64_t stress_seed(void)
     if (s && *s) return strtoull(s, NULL, 0);
     return 0x5EED1234ull;
 }
+
+/* ---- the size of a run: STRESS_SCALE ------------------------------------
+ * Every stress test sizes its work with st_scaled(): operations per thread,
+ * rounds, forks, threads started over the run.  The counts written in the
+ * tests are those of STRESS_SCALE=1, the default, which `make test` runs in
+ * every setting of its gate matrix; `make check` runs 0.5, `make soak` 16
+ * (at least the sizes the tests had before the knob existed).  What does
+ * not scale: how many threads run at once (the shape of the contention),
+ * table sizes, and the memory volumes and limits that an assertion is
+ * calibrated against (RSS bounds, the OOM headroom; test_tiers' volumes
+ * only grow).  A number from 0.001
+ * to 1000 (anything else stops the program); read once, from any thread. */
+static atomic_long st_scale_milli;     /* STRESS_SCALE x 1000; 0: not read yet */
+
+static inline double st_scale(void)
+{
+    long m = atomic_load_explicit(&st_scale_milli, memory_order_relaxed);
+    if (m == 0) {
+        const char *s = getenv("STRESS_SCALE");
+        char *end = NULL;
+        double v = (s && *s) ? strtod(s, &end) : 1.0;
+        if ((s && *s && *end != '\0') || !(v >= 0.001 && v <= 1000.0)) {
+            char msg[160];
+            int n = snprintf(msg, sizeof msg, "STRESS_SCALE=%s is not a number in 0.001..1000\n", s);
+            if (n > 0) { ssize_t w = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1); (void)w; }
+            _exit(2);
+        }
+        m = (long)(v * 1000.0 + 0.5);
+        atomic_store_explicit(&st_scale_milli, m, memory_order_relaxed);
+    }
+    return (double)m / 1000.0;
+}
+
+/* n x STRESS_SCALE, rounded, and never below lo (the least count with
+ * which the test still means what it says). */
+static inline long st_scaled(long n, long lo)
+{
+    double v = (double)n * st_scale() + 0.5;
+    long r = v > (double)LONG_MAX / 2 ? LONG_MAX / 2 : (long)v;
+    return r < lo ? lo : r;
+}
+
+/* ---- part of a program: STRESS_TESTS -------------------------------------
+ * STRESS_TESTS=NAME[,NAME...] (environment; shell patterns) runs only the
+ * tests of the program with those names: scripts/run_tests.sh uses it for
+ * rows of its gate matrix that need part of a program.  main() returns
+ * st_run_group_tests(tests, setup, teardown) where it would return
+ * cmocka_run_group_tests(...); a list that selects nothing is a failure. */
+static size_t st_tests_selected;
+
+static inline int st_test_selected(const char *name)
+{
+    const char *list = getenv("STRESS_TESTS");
+    if (list == NULL || *list == '\0') return 1;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    char *save = NULL;
+    for (char *pat = strtok_r(buf, ",", &save); pat != NULL; pat = strtok_r(NULL, ",", &save))
+        if (fnmatch(pat, name, 0) == 0) return 1;
+    return 0;
+}
+
+/* Moves the selected entries of an array of cmocka's struct CMUnitTest
+ * (whose first member is the test's name) to its front; returns how many. */
+static inline size_t st_select_tests(void *tests, size_t n, size_t size)
+{
+    char *base = tests;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = *(const char *const *)(const void *)(base + i * size);
+        if (!st_test_selected(name)) continue;
+        if (kept != i) memmove(base + kept * size, base + i * size, size);
+        kept++;
+    }
+    if (kept == 0) {
+        char msg[1200];
+        int len = snprintf(msg, sizeof msg, "STRESS_TESTS=%s selects none of this program's tests\n",
+                           getenv("STRESS_TESTS"));
+        if (len > 0) { ssize_t w = write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1); (void)w; }
+    }
+    st_tests_selected = kept;
+    return kept;
+}
+
+#define st_run_group_tests(tests, setup, teardown)                                        \
+    (st_select_tests((tests), sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])) == 0 \
+         ? 1 : _cmocka_run_group_tests(#tests, (tests), st_tests_selected, (setup), (teardown)))
 
 /* Sizes on and around the tier and power-of-two boundaries. */
 static const size_t st_edge_sizes[] = {

@@ -2,14 +2,19 @@
  *
  * test_fork_from_main    4 threads malloc/free/realloc continuously (passing
  *                        blocks to each other through shared slots) while the
- *                        main thread forks 50 times.  Each child checks the
+ *                        main thread forks 6 times (x STRESS_SCALE).  Each child checks the
  *                        blocks it inherited, frees them (including blocks
  *                        owned by threads that do not exist in the child),
  *                        allocates over every tier, runs a thread that
  *                        allocates too, and _exit(0)s.  An alarm turns a
  *                        deadlock (a lock held across fork) into a failure.
  * test_fork_from_worker  the same, with the fork done by one of the busy
- *                        threads rather than the main thread. */
+ *                        threads rather than the main thread (3 times x
+ *                        STRESS_SCALE).
+ *
+ * A fork costs about a second of CPU, most of it in the kernel: every page
+ * the busy threads write after a fork is a copy-on-write fault, with a TLB
+ * shoot-down on the other CPU.  So the counts are small, and scale. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,13 +30,15 @@
 #include "stress_common.h"
 
 #define FORK_WORKERS      4
-#define FORK_ROUNDS       50
-#define WORKER_FORKS      20
+#define FORK_ROUNDS       ((int)st_scaled(6, 2))    /* forks from the main thread */
+#define WORKER_FORKS      ((int)st_scaled(3, 2))    /* forks from a busy thread   */
 #define SHARED_SLOTS      64
 #define WORKER_SLOTS      32
 #define INHERIT_BLOCKS    64
 #define CHILD_OPS         600
-#define CHILD_TIMEOUT_S   20
+/* A deadlock, not a slow child: generous, since the tests run two at a time
+ * on machines that may be busy with other work. */
+#define CHILD_TIMEOUT_S   60
 /* The busy threads keep ~100 blocks live; stop early past this RSS growth. */
 #define FORK_RSS_SLACK    ((size_t)2 << 30)
 
@@ -251,7 +258,10 @@ static void test_fork_from_worker(void **state)
     st_rng r;
     st_rng_seed(&r, seed);
     void *mine[16] = { 0 };
-    while (atomic_load(&args[1].forks) > 0 && st_now() - t0 < 60 && !st_rss_tripped) {
+    /* A hang is caught by the children's alarm; this only bounds the loop
+     * if the forking worker stops forking (2 minutes, plus 3 s a fork). */
+    double deadline = 120.0 + WORKER_FORKS * 3.0;
+    while (atomic_load(&args[1].forks) > 0 && st_now() - t0 < deadline && !st_rss_tripped) {
         size_t s = st_next(&r) % 16;
         blk_free(mine[s], "main-free");
         mine[s] = st_blk_new(st_rand_size_nolarge(&r), 4321, "main");
@@ -267,9 +277,9 @@ static void test_fork_from_worker(void **state)
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_from_main),
         cmocka_unit_test(test_fork_from_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return st_run_group_tests(tests, NULL, NULL);
 }

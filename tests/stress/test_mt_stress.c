@@ -11,7 +11,8 @@
  * test_realloc_pingpong   pairs of threads take turns reallocating one block
  *                         across all tiers, each verifying the other's data.
  *
- * STRESS_SEED=N changes the random seed. */
+ * STRESS_SEED=N changes the random seed; STRESS_SCALE=X multiplies the
+ * operations per thread (stress_common.h). */
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -27,7 +28,7 @@
 /* test_cross_thread_mix                                                    */
 /* ======================================================================= */
 #define MIX_THREADS     8
-#define MIX_OPS         30000   /* allocations per thread */
+#define MIX_OPS         st_scaled(3000, 500)   /* allocations per thread */
 #define MIX_LOCAL_SLOTS 64
 #define MIX_INBOX_CAP   512
 /* Live data stays in the hundreds of MiB (64 local slots + an inbox of 512
@@ -302,7 +303,7 @@ static void test_cross_thread_mix(void **state)
 /* test_producer_consumer                                                   */
 /* ======================================================================= */
 #define PC_PAIRS   4
-#define PC_BLOCKS  50000  /* per producer */
+#define PC_BLOCKS  st_scaled(8000, 500)   /* per producer */
 #define PC_CAP     64
 
 typedef struct {
@@ -431,8 +432,8 @@ static void test_producer_consumer(void **state)
     assert_int_equal(atomic_load(&pc_produced), (long)PC_PAIRS * PC_BLOCKS);
     assert_int_equal(atomic_load(&pc_consumed), (long)PC_PAIRS * PC_BLOCKS);
     /* At most PC_PAIRS*PC_CAP (+ one per thread) blocks of <= 1 MiB are live at
-     * any time (~270 MiB worst case, ~10 MiB typical), while ~8 GiB pass
-     * through: if remotely freed memory were never reused the RSS would blow
+     * any time (~270 MiB worst case, ~10 MiB typical), while ~1.3 GiB pass
+     * through (x STRESS_SCALE): if remotely freed memory were never reused the RSS would blow
      * far past this bound. */
     assert_true(peak <= rss0 + PC_RSS_SLACK);
 }
@@ -441,7 +442,7 @@ static void test_producer_consumer(void **state)
 /* test_realloc_pingpong                                                    */
 /* ======================================================================= */
 #define PP_PAIRS  2
-#define PP_TURNS  6000   /* per thread */
+#define PP_TURNS  st_scaled(1000, 100)   /* per thread */
 
 typedef struct {
     atomic_int turn;   /* 0 or 1: whose turn it is */
@@ -516,10 +517,10 @@ static void test_realloc_pingpong(void **state)
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cross_thread_mix),
         cmocka_unit_test(test_producer_consumer),
         cmocka_unit_test(test_realloc_pingpong),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return st_run_group_tests(tests, NULL, NULL);
 }

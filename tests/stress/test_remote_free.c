@@ -1,11 +1,11 @@
 /* Remote frees under contention.
  *
  * test_remote_free_contention
- *     4 producer threads allocate blocks over Tiny, L2 and L2.5, pattern them
- *     and push them, in batches of 32, onto one shared queue; 4 consumer
- *     threads take them off in batches of 8 (so the blocks of one producer
- *     batch, often neighbours in one slab, are freed by several consumers at
- *     once), check the pattern and free them.  The producers keep allocating
+ *     4 producer threads allocate 8000 blocks each (x STRESS_SCALE) over
+ *     Tiny, L2 and L2.5, pattern them and push them, in batches of 32, onto
+ *     one shared queue; 4 consumer threads take them off in batches of 8 (so
+ *     the blocks of one producer batch, often neighbours in one slab, are
+ *     freed by several consumers at once), check the pattern and free them.  The producers keep allocating
  *     and freeing a local working set meanwhile, so each owner collects remote
  *     frees from slabs that other threads are still pushing onto.  Every block
  *     must arrive intact and every block must be freed exactly once.
@@ -14,9 +14,9 @@
  *     The main thread allocates a batch (~35 MiB, the same sizes every round),
  *     then blocks while 3 freer threads free all of it (interleaved, so they
  *     free into the same slabs concurrently), then allocates the next batch.
- *     Over 20 rounds the owner must reuse what was freed remotely: the number
- *     of SuperSlabs in use (hak_get_info: HOT + DRAINING) must not grow, nor
- *     must the resident size.
+ *     Over 12 rounds (x STRESS_SCALE) the owner must reuse what was freed
+ *     remotely: the number of SuperSlabs in use (hak_get_info: HOT +
+ *     DRAINING) must not grow, nor must the resident size.
  *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the test checks at the end. */
@@ -50,7 +50,7 @@ static void info_ss(size_t *in_use, size_t *draining)
 /* ==== contention: producers -> shared queue -> consumers ================= */
 #define NPROD          4
 #define NCONS          4
-#define PROD_ITEMS     25000
+#define PROD_ITEMS     ((uint64_t)st_scaled(8000, 1000))   /* per producer */
 #define PUSH_BATCH     32
 #define POP_BATCH      8
 #define LOCAL_WINDOW   64
@@ -179,7 +179,7 @@ static void test_remote_free_contention(void **state)
 }
 
 /* ==== reuse: the owner blocks while others free its whole batch ========= */
-#define REUSE_ROUNDS  20
+#define REUSE_ROUNDS  ((size_t)st_scaled(12, 4))
 #define REUSE_BLOCKS  2000
 #define NFREERS       3
 
@@ -211,9 +211,12 @@ static void test_remote_free_reuse(void **state)
     for (uintptr_t i = 0; i < NFREERS; i++)
         assert_int_equal(pthread_create(&ft[i], NULL, freer, (void *)i), 0);
 
-    size_t ss[REUSE_ROUNDS], rss[REUSE_ROUNDS], bytes = 0;
+    const size_t rounds = REUSE_ROUNDS;
+    size_t *ss = calloc(rounds, sizeof *ss), *rss = calloc(rounds, sizeof *rss), bytes = 0;
+    assert_non_null(ss);
+    assert_non_null(rss);
     print_info("reuse start");
-    for (int round = 0; round < REUSE_ROUNDS; round++) {
+    for (size_t round = 0; round < rounds; round++) {
         st_rng r;
         st_rng_seed(&r, stress_seed() + 77);   /* the same batch every round */
         bytes = 0;
@@ -234,27 +237,29 @@ static void test_remote_free_reuse(void **state)
     pthread_barrier_destroy(&reuse_done);
 
     size_t ss_max = 0;
-    for (int i = 0; i < REUSE_ROUNDS; i++) if (ss[i] > ss_max) ss_max = ss[i];
-    print_message("reuse: batch %zu KiB; SuperSlabs in use round 1 %zu, 2 %zu, 20 %zu, max %zu; "
-                  "RSS round 2 %zu KiB, round 20 %zu KiB\n",
-                  bytes >> 10, ss[0], ss[1], ss[REUSE_ROUNDS - 1], ss_max,
-                  rss[1] >> 10, rss[REUSE_ROUNDS - 1] >> 10);
+    for (size_t i = 0; i < rounds; i++) if (ss[i] > ss_max) ss_max = ss[i];
+    print_message("reuse: batch %zu KiB; SuperSlabs in use round 1 %zu, 2 %zu, %zu %zu, max %zu; "
+                  "RSS round 2 %zu KiB, round %zu %zu KiB\n",
+                  bytes >> 10, ss[0], ss[1], rounds, ss[rounds - 1], ss_max,
+                  rss[1] >> 10, rounds, rss[rounds - 1] >> 10);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
     /* One batch needs ss[0]; memory freed remotely must be reused, so later
      * rounds need at most a couple more (layout noise), not one batch more
      * per round. */
-    for (int i = 1; i < REUSE_ROUNDS; i++) {
+    for (size_t i = 1; i < rounds; i++) {
         if (ss[i] > ss[0] + 2)
-            fail_msg("round %d: %zu SuperSlabs in use, round 1 needed %zu", i + 1, ss[i], ss[0]);
+            fail_msg("round %zu: %zu SuperSlabs in use, round 1 needed %zu", i + 1, ss[i], ss[0]);
     }
-    assert_true(rss[REUSE_ROUNDS - 1] <= rss[1] + ((size_t)16 << 20));
+    assert_true(rss[rounds - 1] <= rss[1] + ((size_t)16 << 20));
+    free(ss);
+    free(rss);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_free_contention),
         cmocka_unit_test(test_remote_free_reuse),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return st_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* Thousands of short-lived threads.
  *
- * test_thread_churn_rss  a warm-up round and 2 measured rounds of 1000
- *                        threads each, created in waves of 16.  Every thread
+ * test_thread_churn_rss  a warm-up round and 2 measured rounds of 128
+ *                        threads each (x STRESS_SCALE), created in waves
+ *                        of 16.  Every thread
  *                        allocates blocks over all tiers, frees some itself,
  *                        and leaves the others in a
  *                        global array, where later threads, a long-lived reaper
@@ -14,8 +15,8 @@
  *                        has to be reused.  (The warm-up round exists because
  *                        even glibc's RSS keeps climbing through the first
  *                        round, while its arenas are still being created.)
- * test_thread_churn_detached  detached threads that exit while other threads
- *                        are freeing their blocks. */
+ * test_thread_churn_detached  128 detached threads (x STRESS_SCALE) that exit
+ *                        while other threads are freeing their blocks. */
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -26,7 +27,7 @@
 
 #include "stress_common.h"
 
-#define ROUND_THREADS   1000
+#define ROUND_THREADS   ((int)st_scaled(128, 4 * WAVE))   /* per round */
 #define WAVE            16
 #define GLOBAL_SLOTS    1024
 #define BLOCKS_PER_THR  24
@@ -209,7 +210,7 @@ static void test_thread_churn_rss(void **state)
 }
 
 /* ---- detached threads ---------------------------------------------------- */
-#define DETACHED_THREADS 1000
+#define DETACHED_THREADS ((int)st_scaled(128, 4 * DETACHED_LIVE))
 #define DETACHED_LIVE    16
 
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -275,9 +276,9 @@ static void test_thread_churn_detached(void **state)
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_churn_rss),
         cmocka_unit_test(test_thread_churn_detached),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return st_run_group_tests(tests, setup, teardown);
 }

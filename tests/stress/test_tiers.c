@@ -1,9 +1,10 @@
 /* SuperSlab tier transitions under load (HOT -> DRAINING -> FREE and back).
  *
  * test_tiers_single
- *     One thread allocates ~200 MiB in mixed small sizes (Tiny, L2, some
- *     L2.5), every block patterned.  It then frees 95% of them in random
- *     order while still allocating a little (a new block every 16 frees).
+ *     One thread allocates ~200 MiB (x STRESS_SCALE when that is more) in
+ *     mixed small sizes (Tiny, L2, some L2.5), every block patterned.  It
+ *     then frees 95% of them in random order while still allocating a little
+ *     (a new block every 16 frees).
  *     Meanwhile hak_get_info must show the backend reacting: some SuperSlab
  *     DRAINING at some point, or fewer SuperSlabs in use than at the peak.
  *     Every block still live must keep its contents.  Then everything is
@@ -12,11 +13,11 @@
  *     32 MiB of where the test started.
  *
  * test_tiers_threads
- *     4 threads do the same with 50 MiB each at once, but the frees cross
- *     threads: thread t frees every block whose index is t mod 4, whoever
- *     allocated it (3/4 of all frees are remote), while the owners go on
- *     allocating.  Same checks; the threads exit at the end and the main
- *     thread's hak_trim(0) sweeps their heaps.
+ *     4 threads do the same with 50 MiB each (x STRESS_SCALE when that is
+ *     more) at once, but the frees cross threads: thread t frees every block
+ *     whose index is t mod 4, whoever allocated it (3/4 of all frees are
+ *     remote), while the owners go on allocating.  Same checks; the threads
+ *     exit at the end and the main thread's hak_trim(0) sweeps their heaps.
  *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the tests check. */
@@ -130,8 +131,10 @@ static void shuffle(uint32_t *v, size_t n, st_rng *r)
 }
 
 /* ==== one thread ========================================================== */
-#define SINGLE_BYTES   (200 * MiB)
-#define SINGLE_MAX     200000          /* blocks, including the extra ones */
+/* x STRESS_SCALE, but never less: with 100 MiB no SuperSlab need turn
+ * DRAINING, and the test would fail without a fault in the allocator. */
+#define SINGLE_BYTES   ((size_t)st_scaled(200, 200) * MiB)
+#define SINGLE_MAX     ((size_t)st_scaled(200000, 200000))   /* blocks, with the extra ones */
 #define EXTRA_EVERY    16              /* one new block per 16 frees       */
 
 static void test_tiers_single(void **state)
@@ -253,8 +256,8 @@ static void test_tiers_single(void **state)
 
 /* ==== four threads, frees across threads ================================== */
 #define MT_THREADS  4
-#define MT_BYTES    (50 * MiB)
-#define MT_MAX      60000            /* blocks per thread, with the extras */
+#define MT_BYTES    ((size_t)st_scaled(50, 50) * MiB)       /* x STRESS_SCALE, never less */
+#define MT_MAX      ((size_t)st_scaled(60000, 60000))   /* blocks per thread, with the extras */
 
 static slim_t *mt_tab[MT_THREADS];
 static size_t mt_first[MT_THREADS];      /* blocks of the first batch */
@@ -393,9 +396,9 @@ static void test_tiers_threads(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiers_single),
         cmocka_unit_test(test_tiers_threads),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return st_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,21 @@
 
 /* ---- running this program again, or a forked child --------------------- */
 
+/* The parent's side of rerun and in_child: the child's stderr into err
+ * (NUL-terminated), then its wait status. */
+static int collect(pid_t pid, int fds[2], char *err, size_t errlen)
+{
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
 /* Run /proc/self/exe ROLE ARG with NAME=VALUE added to the environment;
  * its stderr into err (NUL-terminated).  Returns the wait status. */
 static int rerun(const char *role, const char *arg, const char *name, const char *value,
@@ -73,15 +88,7 @@ static int rerun(const char *role, const char *arg, const char *name, const char
         execl("/proc/self/exe", "test_faults", role, arg, (char *)NULL);
         _exit(127);
     }
-    close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
-    err[n] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
+    return collect(pid, fds, err, errlen);
 }
 
 /* Run fn in a forked child with its stderr into err; returns the wait status. */
@@ -100,15 +107,7 @@ static int in_child(void (*fn)(void), char *err, size_t errlen)
         fn();
         _exit(0);
     }
-    close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
-    err[n] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
+    return collect(pid, fds, err, errlen);
 }
 
 static void expect_abort(int status, const char *err, const char *words)

@@ -1,0 +1,271 @@
+/* Giving memory back by time.
+ *
+ * Nothing goes back to the OS because something happened (a thread
+ * exited, a ring flushed, a slab or SuperSlab emptied, a large block was
+ * freed): memory that is free again is stamped with the time
+ * (hak_now_ms(), CLOCK_MONOTONIC_COARSE: a vDSO read, on slow paths only)
+ * and stays resident, so that whatever is wanted again soon is reused
+ * without a page fault.  Once it has stayed unused for HAKMEM_PURGE_DELAY_MS
+ * it goes back:
+ *   free pages of SuperSlabs (owned or cached)   hak_ss_purge, _purge_cache
+ *   free L2.5 blocks, free pages of L2 slabs      hak_slab_purge
+ *   cached large mappings                         hak_large_purge
+ * With a delay of 0 all of this happens at once, where it is freed.
+ *
+ * Who: a purger thread.  A heap that has stamped HAK_PURGE_KICK_MIN bytes
+ * with no purger running starts one (hak_purge_kick, called where the
+ * stamping thread lets go of its locks; so does a freed large mapping, and
+ * a remote free into the heap of an exited thread);
+ * it sleeps until the next stamp falls due, gives back what is due, and
+ * exits once nothing is left, so an idle program has no purger and costs
+ * nothing.  It blocks every signal, is detached, exits when it is the
+ * process's last thread (so it never keeps a process alive whose main
+ * thread called pthread_exit: the last thread with a heap wakes it as it
+ * exits), and after fork() the child starts its own when it next needs
+ * one.  If no thread can be made (seccomp, limits), the
+ * owners' slow paths run the same pass when it is due (hak_purge_inline).
+ *
+ * How it reaches other threads' memory without slowing their fast paths:
+ * each heap has a lock (hak_heap_lock) that its owner takes only on slow
+ * paths, around what a purge reads and changes: its SuperSlab list and page
+ * maps, and the free lists of its L2 and L2.5 slabs.  The purger takes it
+ * to give back a live heap's due pages.  Abandoned heaps (their thread has
+ * exited) keep every slab parked with NOTIFY armed; a remote free into one
+ * kicks the purger, which collects it (hak_heap_sweep_abandoned), so
+ * memory freed by other threads after its owner exited comes back too.
+ *
+ * malloc_trim (hak_purge_everything) runs the same pass with no delay over
+ * every heap, live ones included, and asks every other live thread to
+ * flush its rings at its next slow path (trim_request).  Blocks in the rings
+ * of a live thread that never comes back to a slow path are the one thing
+ * it cannot reach.
+ *
+ * Locks: purge_lock (one pass at a time; fork holds it, so no heap lock is
+ * held by a purge across fork) -> a heap's lock -> the cache locks.  The
+ * owners never wait for purge_lock. */
+#include "hakmem_internal.h"
+#include "hakmem_options.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+_Atomic uint64_t hak_decommit_count;   /* madvise / munmap calls of used memory */
+
+uint32_t hak_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+}
+
+static hak_lock_t purge_lock;
+static _Atomic int purger_running;
+static _Atomic int purger_wake;        /* futex word: wake up early */
+static bool purge_no_thread;           /* a purger could not be made */
+static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due */
+
+static __thread bool tls_trimming;    /* malloc_trim gives it all back itself */
+
+/* The heaps a purge walks: those of live and exited threads, and the heap
+ * profiler's (no thread; used under the profiler's lock, whose holder takes
+ * the heap's lock where any owner does). */
+static bool heap_purged(const hak_heap_t *h, int state) {
+    return state == HAK_HEAP_ACTIVE || state == HAK_HEAP_ABANDONED ||
+           h->chunk_kind == HAK_CHUNK_PROF;
+}
+
+/* One pass over every heap and both caches; returns ms until the next
+ * stamp falls due.  Caller holds purge_lock. */
+static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
+    /* More abandoned heaps to collect: come back at once. */
+    uint32_t wait = hak_heap_sweep_abandoned(false) ? 0 : HAK_PURGE_NONE;
+    uint32_t now = hak_now_ms();
+    for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
+        int st = hak_heap_state(h);
+        if (!heap_purged(h, st)) continue;
+        if (trylock_heaps) {
+            if (!hak_trylock(&h->lock)) {
+                if (delay < wait) wait = delay;
+                continue;
+            }
+        } else {
+            hak_lock(&h->lock);
+        }
+        uint32_t w = hak_ss_purge(h, now, delay);
+        hak_unlock(&h->lock);
+        if (w < wait) wait = w;
+    }
+    uint32_t w = hak_ss_purge_cache(now, delay);
+    if (w < wait) wait = w;
+    w = hak_large_purge(now, delay);
+    if (w < wait) wait = w;
+    return wait;
+}
+
+static void purger_sleep(uint32_t ms) {
+    struct timespec ts = { (time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L };
+    syscall(SYS_futex, &purger_wake, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
+}
+
+/* Only the purger is left: the program's threads have all ended (its main
+ * thread with pthread_exit), and the process ends when the purger does.
+ * The thread count comes from /proc/self/stat (field 20, less the main
+ * thread if it is a zombie); without /proc, no thread with a heap left
+ * stands for it. */
+static bool purger_alone(void) {
+    char buf[512];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) return hak_heap_active_count() == 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');       /* after the command name */
+    /* Field 3: the state of the main thread, 'Z' once it has ended with
+     * pthread_exit (it still counts in num_threads until the process ends). */
+    bool main_gone = p != NULL && p[1] == ' ' && p[2] == 'Z';
+    for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');
+    if (p == NULL) return hak_heap_active_count() == 0;
+    return strtol(p + 1, NULL, 10) - (main_gone ? 1 : 0) <= 1;
+}
+
+static uint32_t purger_pass(void) {
+    hak_lock(&purge_lock);
+    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, false);
+    hak_unlock(&purge_lock);
+    return wait;
+}
+
+static void *purger_main(void *arg) {
+    (void)arg;
+    uint32_t delay = (uint32_t)hak_opt.purge_delay_ms;
+    /* Items falling due close together are taken in one wake-up. */
+    uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
+    uint32_t ending = 1;     /* ms: poll interval once no thread has a heap */
+    for (;;) {
+        if (purger_alone()) break;
+        uint32_t wait = purger_pass();
+        if (wait == HAK_PURGE_NONE) {
+            /* Going: anything stamped after the pass saw purger_running
+             * set, or is seen by this second pass (stamps are made under
+             * the locks the pass takes). */
+            atomic_store(&purger_running, 0);
+            wait = purger_pass();
+            if (wait == HAK_PURGE_NONE) return NULL;
+            int expected = 0;
+            if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
+        }
+        uint32_t ms = wait + slack + 1;
+        if (hak_heap_active_count() == 0) {
+            /* The last thread with a heap is on its way out (it woke us):
+             * if it was the program's last, the process ends when we do,
+             * so look again soon, less often the longer it takes. */
+            if (ending < ms) ms = ending;
+            if (ending < 1000) ending *= 2;
+        } else {
+            ending = 1;
+        }
+        purger_sleep(ms);
+    }
+    atomic_store(&purger_running, 0);
+    return NULL;
+}
+
+static bool purger_start(void) {
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return false;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, (size_t)64 << 10);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);    /* the thread inherits it */
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, purger_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return rc == 0;
+}
+
+/* Something was stamped: make sure someone will give it back.  Called with
+ * no hakmem lock held (pthread_create allocates). */
+void hak_purge_kick(void) {
+    if (hak_opt.purge_delay_ms == 0 || tls_trimming) return;
+    if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
+    if (purge_no_thread) {
+        uint32_t due = hak_now_ms() + (uint32_t)hak_opt.purge_delay_ms;
+        uint32_t cur = atomic_load_explicit(&inline_due, memory_order_relaxed);
+        if (cur == 0 || (int32_t)(due - cur) < 0)
+            atomic_store_explicit(&inline_due, due | 1, memory_order_relaxed);
+        return;
+    }
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
+    if (!purger_start()) {
+        purge_no_thread = true;
+        atomic_store(&purger_running, 0);
+        hak_purge_kick();
+    }
+}
+
+/* From the owners' slow paths (housekeeping) where no purger can run. */
+void hak_purge_inline(void) {
+    if (!purge_no_thread) return;
+    uint32_t due = atomic_load_explicit(&inline_due, memory_order_relaxed);
+    if (due == 0 || (int32_t)(hak_now_ms() - due) < 0) return;
+    if (!hak_trylock(&purge_lock)) return;
+    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, true);
+    hak_unlock(&purge_lock);
+    atomic_store_explicit(&inline_due, wait == HAK_PURGE_NONE ? 0 : (hak_now_ms() + wait) | 1,
+                          memory_order_relaxed);
+}
+
+/* The last thread with a heap exited: the purger need not wait. */
+void hak_purge_wake(void) {
+    if (!atomic_load_explicit(&purger_running, memory_order_relaxed)) return;
+    atomic_store_explicit(&purger_wake, 1, memory_order_relaxed);
+    syscall(SYS_futex, &purger_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* malloc_trim: everything free goes back now, from every heap. */
+bool hak_purge_everything(void) {
+    uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
+    hak_heap_t *me = hak_tls_owner;
+    tls_trimming = true;
+    if (me != NULL) hak_heap_trim_self(me);
+    tls_trimming = false;
+    hak_lock(&purge_lock);
+    hak_heap_sweep_abandoned(true);
+    for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
+        int st = hak_heap_state(h);
+        if (!heap_purged(h, st)) continue;
+        if (h != me && st == HAK_HEAP_ACTIVE)
+            atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
+        hak_lock(&h->lock);
+        hak_ss_purge(h, 0, 0);
+        hak_unlock(&h->lock);
+    }
+    hak_large_trim_cache();
+    hak_ss_trim_cache();
+    hak_unlock(&purge_lock);
+    return atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
+}
+
+/* fork: no purge is half-way through a heap while the child is made. */
+void hak_purge_fork_prepare(void) { hak_lock(&purge_lock); }
+void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
+
+/* The child has no purger: the forking thread's next slow path starts one
+ * if anything is stamped. */
+void hak_purge_fork_child(void) {
+    bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
+    atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
+    if (had && hak_tls_owner != NULL) hak_tls_owner->purge_pending = HAK_PURGE_KICK_MIN;
+    hak_unlock(&purge_lock);
+}

@@ -1,0 +1,610 @@
+/* Memory given back by time, reused before it is given back, hand-offs
+ * between threads that are not joined.
+ *
+ * test_handoff_no_join
+ *     Chains of detached threads, as Larson runs: each thread takes over
+ *     the blocks of its predecessor, starts its successor and exits, and
+ *     nobody joins anybody.  A successor first frees (checking contents)
+ *     half of its predecessor's blocks while the predecessor is still
+ *     running, then, once the predecessor has exited (/proc/self/task/TID is
+ *     gone), the other half: remote frees into a live heap, then into an
+ *     abandoned one that the next thread may be adopting.
+ *
+ * The other tests run this program again as a child (/proc/self/exe
+ * --child NAME) with HAKMEM_PURGE_DELAY_MS set for them (the rest of the
+ * environment, gate matrix settings included, is kept):
+ *
+ * test_reuse_within_delay_no_decommit  (delay 10 min)
+ *     Rounds of allocating ~48 MiB over every tier (from two threads),
+ *     writing it and freeing it: memory reused within the delay is never
+ *     given back, so hak_get_info's decommit count does not move.  Then
+ *     malloc_trim gives it back (the count moves, the resident size falls).
+ *
+ * test_memory_back_after_delay  (delay 200 ms)
+ *     128 MiB over every tier allocated and freed by the main thread, then
+ *     32 MiB a thread allocated and left behind when it exited, freed by the
+ *     main thread: each time, with no malloc_trim and no allocation, most
+ *     of it goes back within a generous wait (10 s; what stays is what the
+ *     main thread's rings keep).
+ *
+ * test_trim_reaches_live_thread  (delay 10 min)
+ *     A thread allocates ~96 MiB, frees it all and then sleeps, alive; the
+ *     main thread calls malloc_trim(0), which must give back most of what
+ *     the sleeping thread freed.
+ *
+ * test_fork_while_purge_due  (delay 50 ms)
+ *     A thread keeps freeing and reallocating 16 MiB, so purges are due all
+ *     the time, while the main thread forks 20 times.  Each child checks a
+ *     block it inherited, allocates and frees 48 MiB over every tier and
+ *     waits for half of it to go back (its own purger); the parent
+ *     waits for every child with a time limit, so a lock inherited held
+ *     shows as a failure, not a hang.
+ *
+ * test_large_reuse  (delay 10 min)
+ *     A freed 24 MiB mapping serves two smaller blocks (nothing mapped
+ *     afresh); calloc of reused memory is zero; a block grows by realloc
+ *     into the freed range right after it, in place, and shrinks back into
+ *     the cache, keeping its contents; 300 random replacements of 1..12 MiB
+ *     blocks (half calloc) keep every live block's contents and give
+ *     nothing back.
+ *
+ * test_purger_ends_with_process  (delay 10 min)
+ *     32 MiB freed (the purger runs), a thread started and gone, then the
+ *     main thread ends with pthread_exit: the process ends with its last
+ *     thread (well within 60 s), not when the purger's 10 minutes are up.
+ *
+ * Worker threads never call cmocka assertions; they count problems in
+ * stress_errors (stress_common.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "hakmem.h"
+#include "stress_common.h"
+
+#define MiB ((size_t)1 << 20)
+
+static char self_path[4096];
+
+static hak_info_t info_now(void)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    return in;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { }
+}
+
+/* Poll the resident size (no allocation in between) until it is at most
+ * goal or max_secs have passed; returns the last value. */
+static size_t wait_rss_below(size_t goal, double max_secs)
+{
+    double t0 = st_now();
+    size_t rss;
+    while ((rss = st_rss_bytes()) > goal && st_now() - t0 < max_secs) sleep_ms(20);
+    return rss;
+}
+
+/* ==== hand-off without join ============================================== */
+#define CHAINS       2
+#define GENERATIONS  60
+#define CHAIN_BLOCKS 600
+
+typedef struct chain {
+    item_t      tab[2][CHAIN_BLOCKS];   /* [generation & 1] */
+    int         gen;
+    pid_t       prev_tid;               /* the predecessor, once it runs */
+    sem_t       half_freed;             /* successor -> predecessor */
+    sem_t       done;                   /* last generation -> main */
+    uint64_t    seed;
+} chain_t;
+
+static chain_t chains[CHAINS];
+
+static int task_alive(pid_t tid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    DIR *d = opendir(path);
+    if (d == NULL) return 0;
+    closedir(d);
+    return 1;
+}
+
+static void *chain_thread(void *arg)
+{
+    chain_t *c = arg;
+    int gen = c->gen;
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    pid_t prev = c->prev_tid;
+    st_rng r;
+    st_rng_seed(&r, c->seed * 1000003 + (uint64_t)gen);
+    item_t *mine = c->tab[gen & 1], *theirs = c->tab[(gen + 1) & 1];
+
+    /* My blocks first, so the predecessor (still running, waiting for us)
+     * and I hold blocks at the same time. */
+    for (int i = 0; i < CHAIN_BLOCKS; i++)
+        item_new(&mine[i], st_mixed_size(&r), (uint64_t)gen << 32 | (uint64_t)i, "chain");
+    if (gen > 0) {
+        /* Half of the predecessor's blocks while it is alive... */
+        for (int i = 0; i < CHAIN_BLOCKS; i += 2) item_free(&theirs[i], "chain-prev-live");
+        sem_post(&c->half_freed);
+        /* ... the rest once it has exited. */
+        double t0 = st_now();
+        while (task_alive(prev) && st_now() - t0 < 30) sleep_ms(1);
+        if (task_alive(prev)) stress_fail("chain: predecessor %d still alive after 30 s", (int)prev);
+        for (int i = 1; i < CHAIN_BLOCKS; i += 2) item_free(&theirs[i], "chain-prev-exited");
+    }
+    if (gen + 1 == GENERATIONS) {
+        for (int i = 0; i < CHAIN_BLOCKS; i++) item_free(&mine[i], "chain-last");
+        sem_post(&c->done);
+        return NULL;
+    }
+    c->gen = gen + 1;
+    c->prev_tid = me;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    if (pthread_create(&t, &a, chain_thread, c) != 0) {
+        stress_fail("chain: pthread_create failed");
+        sem_post(&c->done);
+    } else {
+        /* Stay alive until the successor has freed half of my blocks. */
+        sem_wait(&c->half_freed);
+    }
+    pthread_attr_destroy(&a);
+    return NULL;
+}
+
+static void test_handoff_no_join(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    size_t heaps0 = info_now().heaps;
+    for (int k = 0; k < CHAINS; k++) {
+        chain_t *c = &chains[k];
+        memset(c, 0, sizeof *c);
+        c->seed = stress_seed() + (uint64_t)k * 77;
+        sem_init(&c->half_freed, 0, 0);
+        sem_init(&c->done, 0, 0);
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, &a, chain_thread, c), 0);
+        pthread_attr_destroy(&a);
+    }
+    for (int k = 0; k < CHAINS; k++) sem_wait(&chains[k].done);
+    hak_info_t in = info_now();
+    print_message("%d chains of %d generations: heaps %zu before, %zu after (%zu abandoned)\n",
+                  CHAINS, GENERATIONS, heaps0, in.heaps, in.heaps_abandoned);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    /* The exited threads' heaps were adopted: a chain needs about two
+     * (a thread and its successor overlap), plus slack for exits in flight. */
+    assert_true(in.heaps <= heaps0 + 3 * CHAINS + 4);
+}
+
+/* ==== children, with their own purge delay ================================ */
+/* Blocks over every tier, written in full (they are resident), in `tab`. */
+static size_t fill(item_t *tab, size_t max, size_t bytes, uint64_t seed, int large)
+{
+    st_rng r;
+    st_rng_seed(&r, seed);
+    size_t n = 0, got = 0;
+    while (got < bytes && n < max) {
+        size_t sz = large ? st_rand_size(&r) : st_rand_size_nolarge(&r);
+        /* (the pattern touches every page of the block) */
+        if (item_new(&tab[n], sz, seed << 20 | n, "fill") == NULL) break;
+        got += sz;
+        n++;
+    }
+    return n;
+}
+
+static void drain(item_t *tab, size_t n, uint64_t seed)
+{
+    st_rng r;
+    st_rng_seed(&r, seed ^ 0xABCDEF);
+    for (size_t i = n; i > 1; i--) {             /* random order */
+        size_t j = (size_t)(st_next(&r) % i);
+        item_t t = tab[i - 1]; tab[i - 1] = tab[j]; tab[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) item_free(&tab[i], "drain");
+}
+
+#define TAB_MAX 200000
+static item_t tab_main[TAB_MAX], tab_thread[TAB_MAX];
+
+typedef struct { size_t bytes; uint64_t seed; int large; sem_t freed, go; int stay; } worker_t;
+
+static void *worker(void *arg)
+{
+    worker_t *w = arg;
+    size_t n = fill(tab_thread, TAB_MAX, w->bytes, w->seed, w->large);
+    drain(tab_thread, n, w->seed);
+    sem_post(&w->freed);
+    if (w->stay) sem_wait(&w->go);      /* alive, idle */
+    return NULL;
+}
+
+static int child_reuse(void)
+{
+    hak_info_t i0 = info_now();
+    size_t rss0 = st_rss_bytes();
+    for (int round = 0; round < 6; round++) {
+        worker_t w = { 16 * MiB, stress_seed() + 100 + (uint64_t)round, 1, { { 0 } }, { { 0 } }, 0 };
+        sem_init(&w.freed, 0, 0);
+        pthread_t t;
+        if (pthread_create(&t, NULL, worker, &w) != 0) return 1;
+        size_t n = fill(tab_main, TAB_MAX, 32 * MiB, stress_seed() + (uint64_t)round, 1);
+        drain(tab_main, n, (uint64_t)round);
+        pthread_join(t, NULL);
+        sem_destroy(&w.freed);
+    }
+    hak_info_t i1 = info_now();
+    size_t rss1 = st_rss_bytes();
+    int trimmed = malloc_trim(0);
+    hak_info_t i2 = info_now();
+    size_t rss2 = st_rss_bytes();
+    printf("reuse: decommits %zu -> %zu over 6 rounds of 48 MiB, RSS %zu -> %zu KiB; "
+           "malloc_trim %d: decommits %zu, RSS %zu KiB\n", i0.decommits, i1.decommits,
+           rss0 >> 10, rss1 >> 10, trimmed, i2.decommits, rss2 >> 10);
+    if (atomic_load(&stress_errors) != 0) return 1;
+    if (i1.decommits != i0.decommits) { printf("FAIL: memory reused within the delay was given back\n"); return 1; }
+    if (trimmed != 1 || i2.decommits == i1.decommits) { printf("FAIL: malloc_trim gave nothing back\n"); return 1; }
+    if (rss2 + 16 * MiB > rss1) { printf("FAIL: malloc_trim left the resident size where it was\n"); return 1; }
+    return 0;
+}
+
+static size_t left_behind;
+
+static void *alloc_and_exit(void *arg)
+{
+    (void)arg;
+    left_behind = fill(tab_thread, TAB_MAX, 32 * MiB, stress_seed() + 8, 0);
+    return NULL;
+}
+
+static int child_after_delay(void)
+{
+    size_t rss0 = st_rss_bytes();
+    hak_info_t i0 = info_now();
+    size_t n = fill(tab_main, TAB_MAX, 128 * MiB, stress_seed() + 7, 1);
+    size_t rss_full = st_rss_bytes();
+    drain(tab_main, n, 7);
+    size_t rss_freed = st_rss_bytes();
+    /* All but what the thread's rings keep (48 blocks per L2 class, 1 MiB
+     * per L2.5 class: some 20 MiB here), which only the thread itself hands
+     * back, on its next slow path. */
+    size_t goal = rss0 + (rss_full - rss0) / 3;
+    size_t rss_back = wait_rss_below(goal, 10.0);
+    hak_info_t i1 = info_now();
+    printf("after delay (main thread): RSS %zu KiB, full %zu, freed %zu, %zu after waiting (goal %zu); "
+           "decommits %zu -> %zu\n", rss0 >> 10, rss_full >> 10, rss_freed >> 10, rss_back >> 10,
+           goal >> 10, i0.decommits, i1.decommits);
+    if (rss_full < rss0 + 96 * MiB) { printf("FAIL: the blocks were not resident\n"); return 1; }
+    if (rss_back > goal) { printf("FAIL: freed memory not given back after the delay\n"); return 1; }
+
+    /* Blocks of an exited thread, freed by main afterwards; first let the
+     * purges above finish (the resident size stops moving), so that the
+     * thread's blocks take fresh pages. */
+    size_t rss1 = st_rss_bytes();
+    for (double t0 = st_now(); st_now() - t0 < 10;) {
+        sleep_ms(1000);
+        size_t now = st_rss_bytes();
+        if (now + MiB > rss1 && now < rss1 + MiB) break;
+        rss1 = now;
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, alloc_and_exit, NULL) != 0) return 1;
+    pthread_join(t, NULL);
+    size_t rss_held = st_rss_bytes();
+    for (size_t i = 0; i < left_behind; i++) item_free(&tab_thread[i], "exited-thread");
+    goal = rss1 + (rss_held - rss1) / 4;
+    size_t rss_back2 = wait_rss_below(goal, 10.0);
+    printf("after delay (exited thread's blocks freed by main): RSS %zu KiB, held %zu, %zu after waiting "
+           "(goal %zu)\n", rss1 >> 10, rss_held >> 10, rss_back2 >> 10, goal >> 10);
+    if (rss_held < rss1 + 24 * MiB) { printf("FAIL: the thread's blocks were not resident\n"); return 1; }
+    if (rss_back2 > goal) { printf("FAIL: an exited thread's freed memory stayed\n"); return 1; }
+    return atomic_load(&stress_errors) != 0;
+}
+
+static int child_trim_live(void)
+{
+    size_t rss0 = st_rss_bytes();
+    worker_t w = { 96 * MiB, stress_seed() + 9, 0, { { 0 } }, { { 0 } }, 1 };
+    sem_init(&w.freed, 0, 0);
+    sem_init(&w.go, 0, 0);
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker, &w) != 0) return 1;
+    sem_wait(&w.freed);
+    size_t rss1 = st_rss_bytes();
+    int trimmed = malloc_trim(0);
+    size_t rss2 = st_rss_bytes();
+    sem_post(&w.go);
+    pthread_join(t, NULL);
+    printf("trim: RSS %zu KiB, after the live thread freed 96 MiB %zu, after malloc_trim(0) = %d %zu\n",
+           rss0 >> 10, rss1 >> 10, trimmed, rss2 >> 10);
+    if (rss1 < rss0 + 48 * MiB) { printf("FAIL: the freed memory was not resident any more before the trim\n"); return 1; }
+    /* Most of it: the thread's rings keep a few MiB, which only the thread
+     * itself can hand back, and the hardened build keeps the pages of live
+     * slabs whole (it measured 26 % kept where the default build keeps
+     * less): two thirds back. */
+    if (trimmed != 1 || rss2 > rss0 + (rss1 - rss0) / 3) {
+        printf("FAIL: malloc_trim did not reach the live thread's free memory\n");
+        return 1;
+    }
+    return atomic_load(&stress_errors) != 0;
+}
+
+static atomic_int churn_stop;
+
+static void *churner(void *arg)
+{
+    (void)arg;
+    st_rng r;
+    st_rng_seed(&r, stress_seed() + 11);
+    static void *held[64];
+    while (!atomic_load(&churn_stop)) {
+        for (int i = 0; i < 64; i++) {
+            size_t sz = st_rand_size(&r);
+            held[i] = malloc(sz);
+            if (held[i] == NULL) { stress_fail("churn: malloc(%zu)", sz); return NULL; }
+            memset(held[i], 1, sz < 4096 ? sz : 4096);
+        }
+        for (int i = 0; i < 64; i++) free(held[i]);
+        void *big = malloc(16 * MiB);
+        if (big != NULL) { memset(big, 2, 16 * MiB); free(big); }
+        sleep_ms(5);
+    }
+    return NULL;
+}
+
+static int child_fork(void)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, churner, NULL) != 0) return 1;
+    item_t inherited;
+    item_new(&inherited, 3000, 42, "inherited");
+    int bad = 0;
+    for (int k = 0; k < 20 && !bad; k++) {
+        sleep_ms(15);
+        pid_t pid = fork();
+        if (pid < 0) { printf("FAIL: fork\n"); bad = 1; break; }
+        if (pid == 0) {
+            alarm(30);
+            item_free(&inherited, "child-inherited");
+            size_t rss0 = st_rss_bytes();
+            size_t n = fill(tab_main, TAB_MAX, 48 * MiB, stress_seed() + 100 + (uint64_t)k, 1);
+            size_t goal = rss0 + (st_rss_bytes() - rss0) / 2;
+            drain(tab_main, n, (uint64_t)k);
+            size_t rss = wait_rss_below(goal, 10.0);
+            if (rss > goal) {
+                char msg[160];
+                int len = snprintf(msg, sizeof msg, "child %d: RSS %zu KiB stayed over %zu KiB\n", k,
+                                   rss >> 10, goal >> 10);
+                ssize_t wr = write(1, msg, (size_t)len);
+                (void)wr;
+                _exit(3);
+            }
+            _exit(atomic_load(&stress_errors) != 0 ? 2 : 0);
+        }
+        int status = 0;
+        double t0 = st_now();
+        pid_t w;
+        while ((w = waitpid(pid, &status, WNOHANG)) == 0 && st_now() - t0 < 40) sleep_ms(10);
+        if (w == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            printf("FAIL: child %d hung (a lock inherited held?)\n", k);
+            bad = 1;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("FAIL: child %d ended with status 0x%x\n", k, status);
+            bad = 1;
+        }
+    }
+    atomic_store(&churn_stop, 1);
+    pthread_join(t, NULL);
+    item_free(&inherited, "parent-inherited");
+    printf("fork: 20 children forked while purges were due: %s\n", bad ? "failed" : "ok");
+    return bad || atomic_load(&stress_errors) != 0;
+}
+
+/* Large blocks: a freed mapping serves blocks of other sizes (split), a
+ * block grows into a freed neighbour, shrinks into the cache; contents
+ * survive and calloc of reused memory is zero. */
+static void pat(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i += 512) p[i] = (unsigned char)(seed + i / 512);
+    p[n - 1] = (unsigned char)seed;
+}
+
+static int pat_ok(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n - 1; i += 512)
+        if (p[i] != (unsigned char)(seed + i / 512)) return 0;
+    return p[n - 1] == (unsigned char)seed;
+}
+
+static int child_large(void)
+{
+    int bad = 0;
+#define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); bad = 1; } } while (0)
+    unsigned char *keep = malloc(9 * MiB);
+    pat(keep, 9 * MiB, 1);
+    unsigned char *x = malloc(21 * MiB);          /* a 24 MiB mapping */
+    pat(x, 21 * MiB, 2);
+    uintptr_t x_at = (uintptr_t)x;
+    free(x);
+    hak_info_t i0 = info_now();
+    /* Two smaller blocks out of the freed 24 MiB: nothing new mapped. */
+    unsigned char *a = malloc(3 * MiB), *b = malloc(7 * MiB);
+    hak_info_t i1 = info_now();
+    CHECK(i1.large_mapped == i0.large_mapped, "blocks of other sizes were mapped afresh (%zu -> %zu)",
+          i0.large_mapped, i1.large_mapped);
+    CHECK((uintptr_t)a >= x_at && (uintptr_t)a < x_at + 24 * MiB, "a not in x's range");
+    pat(a, 3 * MiB, 3);
+    pat(b, 7 * MiB, 4);
+    /* calloc of reused memory is zero, whatever was there. */
+    free(b);
+    unsigned char *z = calloc(1, 6 * MiB + 5);
+    CHECK(z != NULL, "calloc");
+    for (size_t i = 0; z != NULL && i < 6 * MiB + 5; i++)
+        if (z[i] != 0) { CHECK(0, "calloc of reused memory: byte %zu is 0x%02x", i, z[i]); break; }
+    free(z);
+    /* a (4 MiB mapping) has the rest of x's range right after it: realloc
+     * grows into it in place, and shrinks back into the cache. */
+    hak_info_t i2 = info_now();
+    uintptr_t a_at = (uintptr_t)a;
+    unsigned char *a2 = realloc(a, 15 * MiB);
+    hak_info_t i3 = info_now();
+    CHECK((uintptr_t)a2 == a_at, "realloc did not grow into the freed neighbour");
+    CHECK(i3.large_mapped == i2.large_mapped, "realloc mapped afresh");
+    CHECK(pat_ok(a2, 3 * MiB, 3), "contents lost by growing realloc");
+    pat(a2, 15 * MiB, 5);
+    unsigned char *a3 = realloc(a2, 2 * MiB);
+    hak_info_t i4 = info_now();
+    CHECK(a3 == a2, "shrinking realloc moved the block");
+    CHECK(i4.large_cached > i3.large_cached, "the shrunk tail did not go to the cache");
+    for (size_t i = 0; i < 2 * MiB - 1; i += 512)
+        if (a3[i] != (unsigned char)(5 + i / 512)) { CHECK(0, "contents lost by shrinking realloc"); break; }
+    CHECK(pat_ok(keep, 9 * MiB, 1), "an untouched live block changed");
+    /* Many sizes, many times: contents of live blocks stay, memory reused. */
+    unsigned char *live[12] = { 0 };
+    size_t len[12] = { 0 };
+    st_rng r;
+    st_rng_seed(&r, 99);
+    size_t mapped_max = 0;
+    for (int k = 0; k < 300; k++) {
+        int i = (int)(st_next(&r) % 12);
+        if (live[i] != NULL) {
+            CHECK(pat_ok(live[i], len[i], (unsigned)i), "block %d lost its contents", i);
+            free(live[i]);
+        }
+        len[i] = st_range(&r, 1 * MiB + 1, 12 * MiB);
+        int zero = (int)(st_next(&r) % 2);
+        live[i] = zero ? calloc(1, len[i]) : malloc(len[i]);
+        if (zero)
+            for (size_t j = 0; j < len[i]; j += 4096)
+                if (live[i][j] != 0) { CHECK(0, "calloc %zu: byte %zu not zero", len[i], j); break; }
+        pat(live[i], len[i], (unsigned)i);
+        hak_info_t in = info_now();
+        if (k >= 100 && in.large_mapped > mapped_max) mapped_max = in.large_mapped;
+        if (k == 99) mapped_max = in.large_mapped;
+    }
+    hak_info_t i5 = info_now();
+    printf("large: 300 replacements of 1..12 MiB: mapped at most %zu MiB after the first 100, "
+           "decommits %zu -> %zu\n", mapped_max >> 20, i0.decommits, i5.decommits);
+    CHECK(i5.decommits == i0.decommits, "memory given back within the delay");
+    for (int i = 0; i < 12; i++) free(live[i]);
+    free(a3);
+    free(keep);
+    return bad || atomic_load(&stress_errors) != 0;
+#undef CHECK
+}
+
+/* Memory stamped (the purger runs, with a delay of 10 minutes), a thread
+ * that exits, then the main thread ends with pthread_exit: the process must
+ * end when its threads have, not when the purger's sleep is over. */
+static void *short_thread(void *arg)
+{
+    (void)arg;
+    void *p = malloc(300000);
+    if (p != NULL) memset(p, 3, 300000);
+    free(p);
+    return NULL;
+}
+
+static int child_pthread_exit(void)
+{
+    size_t n = fill(tab_main, TAB_MAX, 32 * MiB, stress_seed() + 12, 1);
+    drain(tab_main, n, 12);
+    pthread_t t;
+    if (pthread_create(&t, NULL, short_thread, NULL) != 0) return 1;
+    pthread_detach(t);
+    pthread_exit(NULL);
+}
+
+/* Run this program as "--child NAME" with HAKMEM_PURGE_DELAY_MS=delay;
+ * its stdout is shown; the test fails unless it exits with 0. */
+static void run_child(const char *name, const char *delay)
+{
+    extern char **environ;
+    char *envp[256];
+    int n = 0;
+    char setting[64];
+    snprintf(setting, sizeof setting, "HAKMEM_PURGE_DELAY_MS=%s", delay);
+    for (char **e = environ; *e != NULL && n < 250; e++)
+        if (strncmp(*e, "HAKMEM_PURGE_DELAY_MS=", 22) != 0) envp[n++] = *e;
+    envp[n++] = setting;
+    envp[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char *argv[] = { self_path, (char *)"--child", (char *)name, NULL };
+        execve(self_path, argv, envp);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child %s (HAKMEM_PURGE_DELAY_MS=%s) failed: status 0x%x", name, delay, status);
+}
+
+static void test_reuse_within_delay_no_decommit(void **state) { (void)state; run_child("reuse", "600000"); }
+static void test_memory_back_after_delay(void **state) { (void)state; run_child("after-delay", "200"); }
+static void test_trim_reaches_live_thread(void **state) { (void)state; run_child("trim-live", "600000"); }
+static void test_fork_while_purge_due(void **state) { (void)state; run_child("fork", "50"); }
+static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
+static void test_purger_ends_with_process(void **state)
+{
+    (void)state;
+    double t0 = st_now();
+    run_child("pthread-exit", "600000");
+    double secs = st_now() - t0;
+    print_message("a process whose main thread called pthread_exit ended after %.2f s "
+                  "(purge delay 600 s)\n", secs);
+    assert_true(secs < 60);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--child") == 0) {
+        setvbuf(stdout, NULL, _IONBF, 0);
+        if (strcmp(argv[2], "reuse") == 0) return child_reuse();
+        if (strcmp(argv[2], "after-delay") == 0) return child_after_delay();
+        if (strcmp(argv[2], "trim-live") == 0) return child_trim_live();
+        if (strcmp(argv[2], "fork") == 0) return child_fork();
+        if (strcmp(argv[2], "large") == 0) return child_large();
+        if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
+        return 2;
+    }
+    ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (len <= 0) return 1;
+    self_path[len] = '\0';
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_handoff_no_join),
+        cmocka_unit_test(test_reuse_within_delay_no_decommit),
+        cmocka_unit_test(test_memory_back_after_delay),
+        cmocka_unit_test(test_trim_reaches_live_thread),
+        cmocka_unit_test(test_fork_while_purge_due),
+        cmocka_unit_test(test_large_reuse),
+        cmocka_unit_test(test_purger_ends_with_process),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
