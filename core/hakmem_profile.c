@@ -545,9 +545,7 @@ void hak_profile_large_free(void *p) {
 void hak_profile_free(void *p) {
     hak_lock(&prof_lock);
     forget_locked(p);
-    hak_slab_t *s = hak_slab_of(p);
-    if (s->tier == HAK_TIER_L25) hak_l25_block_decommit(p, s->cls);
-    hak_tiny_free(prof_heap, s, p);      /* back to its slab; empty slabs retire */
+    hak_pool_return_block(prof_heap, p);  /* back to its slab; empty slabs retire */
     hak_unlock(&prof_lock);
 }
 
