@@ -350,6 +350,7 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
  * library's prepare handler registered before ours runs after it, and one
  * that allocates must not wait for a lock its own thread holds. */
 static void fork_prepare(void) {
+    hak_profile_fork_prepare();     /* a stack walk holds no other lock */
     hak_purge_fork_prepare();
     hak_lock(&heap_lock);
     hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
@@ -378,6 +379,7 @@ static void fork_parent(void) {
     fork_unlock_inner();
     hak_unlock(&heap_lock);
     hak_purge_fork_parent();
+    hak_profile_fork_parent();
 }
 
 static void fork_child(void) {

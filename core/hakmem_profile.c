@@ -186,7 +186,7 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
 /* The caller's stack, innermost first, hakmem's frames left out; `caller`
  * stands in for it until the unwinder is loaded.  Inlined into the
  * sampling functions: each frame of hakmem's costs a step of the walk. */
-static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void *caller) {
+static inline __attribute__((always_inline)) int walk_stack(uintptr_t *pc, void *caller) {
     if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
         int n = 0;
         if (tls_samples++ >= FAST_AFTER) {
@@ -216,6 +216,20 @@ static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void 
     }
     pc[0] = (uintptr_t)caller;
     return 1;
+}
+
+/* One stack walk at a time, and fork() waits for the one under way: the
+ * unwinders' own locks (libunwind's caches, libgcc's list of objects) are
+ * not reset in a child, which would hang at its first sample had the
+ * parent forked in the middle of a walk.  A walk holds no other lock of
+ * hakmem's, so fork takes this one first. */
+static hak_lock_t walk_lock;
+
+static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void *caller) {
+    hak_lock(&walk_lock);
+    int n = walk_stack(pc, caller);
+    hak_unlock(&walk_lock);
+    return n;
 }
 
 /* ---- stacks and records ----------------------------------------------------------- */
@@ -1051,10 +1065,13 @@ __attribute__((destructor)) static void profile_at_exit(void) {
     if (h != NULL) h->sample_left = left;
 }
 
+void hak_profile_fork_prepare(void) { hak_lock(&walk_lock); }
+void hak_profile_fork_parent(void) { hak_unlock(&walk_lock); }
 void hak_profile_lock_all(void) { hak_lock(&prof_lock); }
 void hak_profile_unlock_all(void) { hak_unlock(&prof_lock); }
 
 /* The child of fork(): a dump another thread was writing died with it. */
 void hak_profile_fork_child(void) {
     atomic_store_explicit(&dump_lock.held, 0, memory_order_relaxed);
+    hak_unlock(&walk_lock);
 }

@@ -21,6 +21,8 @@
  * Call sites are told apart by address: each site function sits in a
  * section of its own, whose bounds the linker provides. */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -590,6 +592,84 @@ static void test_signal_dump(void **state)
     assert_int_equal(access(folded, R_OK), 0);
 }
 
+/* ---- fork in the middle of stack walks ---------------------------------------------- */
+/* Threads sample almost every allocation (HAKMEM_PROFILE_RATE=64), so
+ * stack walks are under way whenever the main thread forks; each child
+ * samples too.  A child that inherited an unwinder's lock held by a walk
+ * would hang at its first sample.  The walkers are short-lived threads: a
+ * thread's first samples take the unwinder's slow, locking path. */
+static atomic_bool walks_stop;
+
+static void *short_walker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 40; i++) {
+        void *p = malloc(100);
+        *(volatile char *)p = 1;
+        free(p);
+    }
+    return NULL;
+}
+
+static void *walker(void *arg)
+{
+    while (!atomic_load(&walks_stop)) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, short_walker, arg) == 0) pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
+static int fork_during_walks(void)
+{
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, walker, NULL);
+    int bad = 0;
+    for (int i = 0; i < 200 && !bad; i++) {
+        pid_t pid = fork();
+        if (pid < 0) { bad = 1; break; }
+        if (pid == 0) {
+            for (int k = 0; k < 8; k++) free(malloc(1000));
+            _exit(0);
+        }
+        int st = 0, waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0) {
+            if (++waited > 10000) {           /* 10 s: hung */
+                fprintf(stderr, "fork %d: the child hangs\n", i);
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+                bad = 1;
+                break;
+            }
+            usleep(1000);
+        }
+        if (!bad && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) bad = 1;
+    }
+    atomic_store(&walks_stop, true);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    return bad;
+}
+
+static void test_fork_during_walks(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("HAK_PROFILE_FORK_WALKS", "1", 1);
+        setenv("HAKMEM_PROFILE_RATE", "64", 1);
+        setenv("HAKMEM_PROFILE_LEAKS", "0", 1);
+        char *args[] = { "test_profile", NULL };
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- the run ------------------------------------------------------------------------- */
 static void remove_dir(void)
 {
@@ -609,6 +689,7 @@ static void remove_dir(void)
 int main(int argc, char **argv)
 {
     (void)argc;
+    if (getenv("HAK_PROFILE_FORK_WALKS") != NULL) _exit(fork_during_walks());
     const char *dir = getenv("HAK_PROFILE_TEST_DIR");
     if (dir == NULL) {            /* again, with the profiler on */
         char tmpl[] = "/tmp/hakmem-profile-test.XXXXXX";
@@ -632,6 +713,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_leak_report),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_fork_during_walks),
         cmocka_unit_test(test_signal_dump),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
