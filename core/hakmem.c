@@ -9,21 +9,13 @@
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
-#include <unistd.h>
 
 /* glibc's own allocator, for blocks hakmem did not allocate. */
 extern void *__libc_malloc(size_t);
 extern void  __libc_free(void *);
 extern void *__libc_realloc(void *, size_t);
-
-static size_t page_size(void) {
-    static size_t cached;
-    if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
-    return cached;
-}
 
 /* ---- allocation ------------------------------------------------------------- */
 /* Live large blocks, for mallinfo2 (hblks): the large tier is a slow path. */
@@ -124,10 +116,10 @@ HAK_ALLOC_PATH void *hak_memalign(size_t align, size_t size) {
     return alloc_aligned(align, size);
 }
 
-HAK_ALLOC_PATH void *hak_valloc(size_t size) { return alloc_aligned(page_size(), size); }
+HAK_ALLOC_PATH void *hak_valloc(size_t size) { return alloc_aligned(hak_os_page_size(), size); }
 
 HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
-    size_t ps = page_size();
+    size_t ps = hak_os_page_size();
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
@@ -214,7 +206,7 @@ size_t hak_usable_size(const void *p) {
     if (p == NULL) return 0;
     size_t (*fn)(void *) = __atomic_load_n(&libc_usable_size, __ATOMIC_ACQUIRE);
     if (fn == NULL) {
-        fn = (size_t (*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+        *(void **)&fn = hak_os_next_symbol("malloc_usable_size");
         __atomic_store_n(&libc_usable_size, fn, __ATOMIC_RELEASE);
     }
     return fn ? fn((void *)p) : 0;

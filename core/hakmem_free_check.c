@@ -19,18 +19,11 @@
 #include "box/free_check_box.h"
 #include "box/size_class_box.h"
 
-#include <sys/random.h>
-#include <time.h>
 
 uintptr_t hak_block_key;
 
 void hak_free_check_init(void) {
-    uintptr_t k = 0;
-    if (getrandom(&k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        k = (uintptr_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&ts;
-    }
+    uintptr_t k = hak_os_random_word();
     /* Never 0 (a zeroed link must not decode to NULL in the hardened build),
      * and with high bits set, so a mark (key ^ address) looks like no
      * pointer and no small number. */

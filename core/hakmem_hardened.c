@@ -9,8 +9,6 @@
  * address. */
 #include "hakmem_internal.h"
 
-#include <sys/mman.h>
-#include <sys/resource.h>
 
 #ifdef HAK_HARDENED
 
@@ -32,9 +30,8 @@ static size_t dead_bytes;
 
 /* Read at each retirement: the program may lower its limit at any time. */
 static size_t dead_budget(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return DEAD_BYTES_UNLIMITED;
-    return rl.rlim_cur / 16;
+    size_t limit = hak_os_address_limit();
+    return limit == 0 ? DEAD_BYTES_UNLIMITED : limit / 16;
 }
 
 /* Record [base, base + len), already reserved PROT_NONE, as dead, after
@@ -60,15 +57,11 @@ static void dead_record(char *base, size_t len) {
 }
 
 void hak_os_retire_range(void *base, size_t len) {
-    void *r = mmap(base, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (r == MAP_FAILED) {                   /* cannot keep it: plain unmap */
+    if (!hak_os_reserve_over(base, len)) {   /* cannot keep it: plain unmap */
         hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
         hak_os_unmap(base, len);
         return;
     }
-    atomic_fetch_add_explicit(&hak_released_bytes, len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&hak_decommit_count, 1, memory_order_relaxed);
     dead_record(base, len);
 }
 
@@ -76,14 +69,7 @@ void hak_os_retire_range(void *base, size_t len) {
  * (and untagged): reserve it again as dead unless another mapping took it
  * meanwhile, so a late free of the old pointer is caught. */
 void hak_os_retire_moved(void *base, size_t len) {
-    void *r = mmap(base, len, PROT_NONE,
-                   MAP_FIXED_NOREPLACE | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (r == MAP_FAILED) return;
-    if (r != base) {                         /* a kernel without MAP_FIXED_NOREPLACE */
-        munmap(r, len);
-        return;
-    }
-    dead_record(base, len);
+    if (hak_os_reserve_at(base, len)) dead_record(base, len);
 }
 
 /* Out of address space: the dead ranges go first (hak_os_map_tagged). */

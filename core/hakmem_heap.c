@@ -344,7 +344,7 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
  * so the child never adopts them: they stay orphaned, their blocks still
  * freeable (onto the orphan's remote list), their memory not reused. */
 /* In the order the allocator itself nests them: a metadata mapping that
- * fails makes room (hakmem_os.c) with radix_lock and meta_lock held, which
+ * fails makes room (hakmem_chunk_map.c) with radix_lock and meta_lock held, which
  * takes the cache locks inside them.  Then the forking thread passes every
  * lock (hak_tls_fork_locked) until our parent or child handler: another
  * library's prepare handler registered before ours runs after it, and one
@@ -354,7 +354,7 @@ static void fork_prepare(void) {
     hak_purge_fork_prepare();
     hak_lock(&heap_lock);
     hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
-    hak_os_lock_all();
+    hak_chunk_map_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();
 #ifdef HAK_HARDENED
@@ -371,7 +371,7 @@ static void fork_unlock_inner(void) {
 #endif
     hak_large_unlock_all();
     hak_ss_unlock_all();
-    hak_os_unlock_all();
+    hak_chunk_map_unlock_all();
     hak_profile_unlock_all();
 }
 
@@ -406,6 +406,7 @@ void hak_init(void) {
         hak_unlock(&init_lock);
         return;
     }
+    hak_chunk_map_on_refusal(hak_make_room);
     hak_options_init();
     hak_free_check_init();
     heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;

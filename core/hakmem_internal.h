@@ -76,6 +76,7 @@
 #include <stdbool.h>
 
 #include "hakmem.h"
+#include "hakmem_os.h"
 
 #ifndef POOL_L2_RING_CAP
 #define POOL_L2_RING_CAP 48
@@ -152,8 +153,6 @@
  * to the profiler; everything else treats it as a SuperSlab. */
 enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,
        HAK_CHUNK_PROF = 4 };
-
-typedef struct { _Atomic int held; } hak_lock_t;
 
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
 typedef struct hak_block { struct hak_block *next; } hak_block_t;
@@ -330,21 +329,6 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-/* hakmem's spin locks (hak_lock_t, above) guard only slow paths.  While a
- * thread runs fork() it holds every global one (hakmem_heap.c), from
- * hakmem's prepare handler to its parent or child handler, and the purge
- * lock, so no other thread is inside another heap's lock either; other
- * libraries' fork handlers run before or after ours in any order and may
- * allocate, so in that thread the locks let it through
- * (hak_tls_fork_locked) instead of waiting for itself. */
-extern __thread bool hak_tls_fork_locked;
-HAK_INTERNAL void hak_lock(hak_lock_t *l);
-HAK_INTERNAL bool hak_trylock(hak_lock_t *l);
-static inline void hak_unlock(hak_lock_t *l) {
-    if (hak_unlikely(hak_tls_fork_locked)) return;
-    atomic_store_explicit(&l->held, 0, memory_order_release);
-}
-
 /* init and options */
 HAK_INTERNAL void hak_init(void);
 HAK_INTERNAL extern _Atomic int hak_initialized;
@@ -353,11 +337,17 @@ static inline void hak_ensure_init(void) {
         hak_init();
 }
 
-/* OS layer (hakmem_os.c) */
-HAK_INTERNAL void *hak_os_map(size_t len);
-HAK_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
-HAK_INTERNAL void  hak_os_unmap(void *p, size_t len);
-HAK_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
+/* The chunk map and hakmem's own memory (hakmem_chunk_map.c). */
+HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
+/* A new range, aligned and tagged `kind`; when the OS refuses, `fn` (set at
+ * start-up: hak_make_room) is asked to make room and it is tried again. */
+HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
+HAK_INTERNAL void  hak_chunk_map_on_refusal(bool (*fn)(void));
+HAK_INTERNAL void *hak_meta_alloc(size_t size);
+HAK_INTERNAL void  hak_chunk_map_lock_all(void);
+HAK_INTERNAL void  hak_chunk_map_unlock_all(void);
+
+/* Retiring mappings (hakmem_hardened.c). */
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
 HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
@@ -378,13 +368,6 @@ HAK_INTERNAL void hak_span_check_sync(const hak_slab_t *s, bool carved_only);
 HAK_INTERNAL void hak_hardened_lock_all(void);
 HAK_INTERNAL void hak_hardened_unlock_all(void);
 #endif
-HAK_INTERNAL void  hak_os_decommit(void *p, size_t len);
-HAK_INTERNAL void *hak_meta_alloc(size_t size);
-HAK_INTERNAL void  hak_os_lock_all(void);
-HAK_INTERNAL void  hak_os_unlock_all(void);
-HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
-HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
-HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((noreturn, cold));
 
 /* Giving memory back by time (hakmem_purge.c).  Free memory is stamped with
  * hak_now_ms() when it becomes free and goes back to the OS once it has
@@ -396,7 +379,6 @@ HAK_INTERNAL void  hak_fatal(const char *what, const void *p) __attribute__((nor
 #define HAK_PURGE_DELAY_DEFAULT 1000
 #endif
 #define HAK_PURGE_NONE UINT32_MAX
-HAK_INTERNAL uint32_t hak_now_ms(void);
 /* Due: stamped at `at`, unused for the delay by `now` (or `force`: trim). */
 static inline bool hak_purge_due(uint32_t at, uint32_t now, uint32_t delay, uint32_t *wait) {
     uint32_t age = now - at;
@@ -414,7 +396,8 @@ HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);
 HAK_INTERNAL void hak_purge_fork_parent(void);
 HAK_INTERNAL void hak_purge_fork_child(void);
-HAK_INTERNAL extern _Atomic uint64_t hak_decommit_count;
+/* The OS refused memory: everything cached goes back (hak_chunk_map_on_refusal). */
+HAK_INTERNAL bool hak_make_room(void);
 
 /* The heap lock.  The owner takes it on its slow paths (nestable: only the
  * owner uses lock_depth) around the state other threads' purges read and
@@ -534,7 +517,6 @@ HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
-HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
 /* Heap profiler (hakmem_profile.c; fast-path part: box/profile_box.h).
  * hak_profile_on: sampling is on (HAKMEM_PROFILE or HAKMEM_PROFILE_LEAKS),

@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define LARGE_MAGIC 0x68616b4c41524745ULL
 
@@ -287,9 +286,9 @@ void *hak_large_realloc(void *p, size_t size) {
         h->len = new_len;
         return p;
     }
-    if (mremap(base, len, new_len, 0) != MAP_FAILED) {     /* grow in place */
+    if (hak_os_grow_in_place(base, len, new_len)) {
         if (!hak_chunk_map_set(base + len, new_len - len, HAK_CHUNK_LARGE)) {
-            mremap(base, new_len, len, 0);                   /* shrinking cannot fail */
+            hak_os_shrink_in_place(base, new_len, len);
             errno = ENOMEM;
             return NULL;
         }
@@ -308,7 +307,7 @@ void *hak_large_realloc(void *p, size_t size) {
         return NULL;
     }
     hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
-    if (mremap(base, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, nb) == MAP_FAILED) {
+    if (!hak_os_move(base, len, nb, new_len)) {
         hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
         hak_chunk_map_set(nb, new_len, HAK_CHUNK_NONE);
         hak_os_unmap_unused(nb, new_len);

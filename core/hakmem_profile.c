@@ -47,14 +47,12 @@
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -263,10 +261,7 @@ static size_t rec_made;
 static uint64_t dropped;              /* samples lost to the bounds    */
 static bool warned_full;
 
-static void *map_zeroed(size_t len) {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
+static void *map_zeroed(size_t len) { return hak_os_map(len); }
 
 static uint64_t stack_hash(const uintptr_t *pc, int n) {
     uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)n;
@@ -286,7 +281,7 @@ static bool grow_table(void ***tab, size_t *cap, size_t (*slot)(const void *, si
         while (n[j] != NULL) j = (j + 1) & (ncap - 1);
         n[j] = e;
     }
-    if (*tab != NULL) munmap(*tab, *cap * sizeof(void *));
+    if (*tab != NULL) hak_os_unmap_unused(*tab, *cap * sizeof(void *));
     *tab = n;
     *cap = ncap;
     return true;
@@ -632,7 +627,7 @@ static bool snapshot_take(snapshot_t *sn) {
 }
 
 static void snapshot_free(snapshot_t *sn) {
-    if (sn->map != NULL) munmap(sn->map, sn->map_len);
+    if (sn->map != NULL) hak_os_unmap_unused(sn->map, sn->map_len);
 }
 
 /* Heapsort (no allocation): by stack, then size. */
@@ -701,18 +696,19 @@ static void out_fmt(out_t *o, const char *fmt, ...) {
 
 static uint64_t round_u(double x) { return x <= 0 ? 0 : (uint64_t)(x + 0.5); }
 
-/* A frame's name: symbol (dladdr), else module+offset, else the address. */
+/* A frame's name: symbol, else module+offset, else the address. */
 static void out_frame(out_t *o, uintptr_t pc) {
-    Dl_info di;
-    if (dladdr((void *)(pc - 1), &di) != 0) {
-        if (di.dli_sname != NULL) {
-            out_str(o, di.dli_sname, strlen(di.dli_sname));
+    const char *sym, *file;
+    uintptr_t file_base;
+    if (hak_os_symbol_at(pc - 1, &sym, &file, &file_base)) {
+        if (sym != NULL) {
+            out_str(o, sym, strlen(sym));
             return;
         }
-        if (di.dli_fname != NULL && di.dli_fname[0] != '\0') {
-            const char *base = strrchr(di.dli_fname, '/');
-            base = base != NULL ? base + 1 : di.dli_fname;
-            out_fmt(o, "%s+0x%lx", base, (unsigned long)(pc - 1 - (uintptr_t)di.dli_fbase));
+        if (file != NULL && file[0] != '\0') {
+            const char *base = strrchr(file, '/');
+            base = base != NULL ? base + 1 : file;
+            out_fmt(o, "%s+0x%lx", base, (unsigned long)(pc - 1 - file_base));
             return;
         }
     }
@@ -828,7 +824,7 @@ static out_t *out_open(const char *path) {
     if (o == NULL) return NULL;
     o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (o->fd < 0) {
-        munmap(o, sizeof *o);
+        hak_os_unmap_unused(o, sizeof *o);
         return NULL;
     }
     return o;
@@ -838,7 +834,7 @@ static bool out_close(out_t *o) {
     out_flush(o);
     bool ok = !o->failed;
     if (close(o->fd) != 0) ok = false;
-    munmap(o, sizeof *o);
+    hak_os_unmap_unused(o, sizeof *o);
     return ok;
 }
 
@@ -879,7 +875,7 @@ static int dump_to(const char *tmpl, const char *suffix) {
             rc = -1;
             err = site == NULL ? ENOMEM : errno;
         }
-        if (site != NULL) munmap(site, (len + 4095) & ~(size_t)4095);
+        if (site != NULL) hak_os_unmap_unused(site, (len + 4095) & ~(size_t)4095);
     }
     snapshot_free(&sn);
     if (rc != 0) errno = err;
@@ -967,7 +963,7 @@ static void write_leaks(out_t *o, snapshot_t *sn) {
     if (sn->dropped != 0)
         out_fmt(o, "hakmem: %llu samples were dropped (profile tables full)\n",
                 (unsigned long long)sn->dropped);
-    munmap(site, len);
+    hak_os_unmap_unused(site, len);
 }
 
 /* ---- start-up, fork, exit ---------------------------------------------------------- */
@@ -981,22 +977,20 @@ void hak_profile_init(void) {
 __attribute__((constructor)) static void profile_start(void) {
     hak_ensure_init();
     if (!hak_profile_on) return;
-    /* RTLD_LOCAL: libunwind also defines backtrace and _Unwind_Backtrace,
-     * which must not take the place of glibc's and libgcc's */
     void *lib = hak_opt.profile_unwinder == HAK_UNWIND_LIBUNWIND
-                    ? dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL) : NULL;
+                    ? hak_os_library("libunwind.so.8") : NULL;
     if (lib != NULL) {
-        *(void **)&unw.backtrace = dlsym(lib, "unw_backtrace");
-        *(void **)&unw.getcontext = dlsym(lib, "_Ux86_64_getcontext");
-        *(void **)&unw.init_local = dlsym(lib, "_ULx86_64_init_local");
-        *(void **)&unw.step = dlsym(lib, "_ULx86_64_step");
-        *(void **)&unw.get_reg = dlsym(lib, "_ULx86_64_get_reg");
+        *(void **)&unw.backtrace = hak_os_library_symbol(lib, "unw_backtrace");
+        *(void **)&unw.getcontext = hak_os_library_symbol(lib, "_Ux86_64_getcontext");
+        *(void **)&unw.init_local = hak_os_library_symbol(lib, "_ULx86_64_init_local");
+        *(void **)&unw.step = hak_os_library_symbol(lib, "_ULx86_64_step");
+        *(void **)&unw.get_reg = hak_os_library_symbol(lib, "_ULx86_64_get_reg");
     }
     if (unw.backtrace && unw.getcontext && unw.init_local && unw.step && unw.get_reg) {
         __atomic_store_n(&unw_ready, true, __ATOMIC_RELEASE);
-    } else if ((lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL)) != NULL) {
-        uw_get_ip = (uw_get_ip_fn)dlsym(lib, "_Unwind_GetIP");
-        uw_backtrace_fn bt = (uw_backtrace_fn)dlsym(lib, "_Unwind_Backtrace");
+    } else if ((lib = hak_os_library("libgcc_s.so.1")) != NULL) {
+        uw_get_ip = (uw_get_ip_fn)hak_os_library_symbol(lib, "_Unwind_GetIP");
+        uw_backtrace_fn bt = (uw_backtrace_fn)hak_os_library_symbol(lib, "_Unwind_Backtrace");
         if (uw_get_ip != NULL && bt != NULL) __atomic_store_n(&uw_backtrace, bt, __ATOMIC_RELEASE);
     }
     /* libunwind opens a pipe on its first use (it checks the addresses it
@@ -1059,7 +1053,7 @@ __attribute__((destructor)) static void profile_at_exit(void) {
             out_flush(o);
             snapshot_free(&sn);
         }
-        if (o != NULL) munmap(o, sizeof *o);
+        if (o != NULL) hak_os_unmap_unused(o, sizeof *o);
     }
     hak_unlock(&dump_lock);
     if (h != NULL) h->sample_left = left;

@@ -46,23 +46,8 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-_Atomic uint64_t hak_decommit_count;   /* madvise / munmap calls of used memory */
-
-uint32_t hak_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
-}
 
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
@@ -108,31 +93,14 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
     return wait;
 }
 
-static void purger_sleep(uint32_t ms) {
-    struct timespec ts = { (time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L };
-    syscall(SYS_futex, &purger_wake, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
-    atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
-}
-
 /* Only the purger is left: the program's threads have all ended (its main
  * thread with pthread_exit), and the process ends when the purger does.
- * The thread count comes from /proc/self/stat (field 20, less the main
- * thread if it is a zombie); without /proc, no thread with a heap left
- * stands for it. */
+ * Where the OS cannot count threads, no thread with a heap left stands for
+ * it. */
 static bool purger_alone(void) {
-    char buf[512];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0) close(fd);
-    if (n <= 0) return hak_heap_active_count() == 0;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');       /* after the command name */
-    /* Field 3: the state of the main thread, 'Z' once it has ended with
-     * pthread_exit (it still counts in num_threads until the process ends). */
-    bool main_gone = p != NULL && p[1] == ' ' && p[2] == 'Z';
-    for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');
-    if (p == NULL) return hak_heap_active_count() == 0;
-    return strtol(p + 1, NULL, 10) - (main_gone ? 1 : 0) <= 1;
+    long n = hak_os_thread_count();
+    if (n < 0) return hak_heap_active_count() == 0;
+    return n <= 1;
 }
 
 static uint32_t purger_pass(void) {
@@ -171,7 +139,7 @@ static void *purger_main(void *arg) {
         } else {
             ending = 1;
         }
-        purger_sleep(ms);
+        hak_os_sleep_on(&purger_wake, ms);
     }
     atomic_store(&purger_running, 0);
     return NULL;
@@ -228,8 +196,7 @@ void hak_purge_inline(void) {
 /* The last thread with a heap exited: the purger need not wait. */
 void hak_purge_wake(void) {
     if (!atomic_load_explicit(&purger_running, memory_order_relaxed)) return;
-    atomic_store_explicit(&purger_wake, 1, memory_order_relaxed);
-    syscall(SYS_futex, &purger_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    hak_os_wake(&purger_wake);
 }
 
 /* malloc_trim: everything free goes back now, from every heap. */
@@ -254,6 +221,20 @@ bool hak_purge_everything(void) {
     hak_ss_trim_cache();
     hak_unlock(&purge_lock);
     return atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
+}
+
+/* When the OS says no (hakmem_chunk_map.c): the empty SuperSlabs of exited
+ * threads' heaps, the SuperSlabs and large mappings hakmem keeps cached and
+ * the hardened build's dead ranges go back, so that memory freed by the
+ * program is usable again whatever tier or thread it was cached for.  True
+ * if anything went back.  (Takes heap_lock only by trylock: a caller may
+ * hold it.) */
+bool hak_make_room(void) {
+    bool any = hak_heap_release_abandoned();
+    any |= hak_large_trim_cache();
+    any |= hak_ss_trim_cache();
+    any |= hak_os_release_dead();
+    return any;
 }
 
 /* fork: no purge is half-way through a heap while the child is made. */

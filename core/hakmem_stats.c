@@ -16,7 +16,6 @@
 static _Atomic uint64_t allocs[HAK_NUM_CLASSES + 1], frees[HAK_NUM_CLASSES + 1],
                         remote_frees[HAK_NUM_CLASSES + 1], refills[HAK_NUM_CLASSES];
 static _Atomic int64_t live_bytes, peak_bytes;
-_Atomic uint64_t hak_released_bytes;   /* decommitted or unmapped, always counted */
 
 static void add_live(int64_t delta) {
     int64_t now = atomic_fetch_add_explicit(&live_bytes, delta, memory_order_relaxed) + delta;
