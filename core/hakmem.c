@@ -2,6 +2,7 @@
  * names.  The fast paths (Tiny pop/push, ring pop/push) are inlined here
  * from core/box/. */
 #include "hakmem_internal.h"
+#include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
@@ -167,7 +168,8 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
         else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
-        else hak_pool_free(h, s->ring, p);    /* also the 32-byte cache */
+        else if (s->tier == HAK_TIER_TINY_C2) hak_c2_free(h, p);
+        else hak_pool_free(h, s->ring, p);
         return;
     }
     __libc_free(p);
@@ -187,7 +189,7 @@ void hak_free(void *p) {
             return;
         }
         if (hak_likely(s->owner == h)) {
-            hak_pool_free(h, s->ring, p);    /* also the 32-byte cache */
+            hak_pool_free(h, s->ring, p);    /* 32-byte cache: hak_pool_free_ring_full */
             return;
         }
     }

@@ -109,7 +109,7 @@ static hak_heap_t *heap_new(void) {
         h->queue_head[c] = &hak_empty_slab;
         h->tier_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
     }
-    h->queue_head[HAK_C2_CLASS] = hak_opt.tiny_c2_cache ? &h->c2_cache : &hak_empty_slab;
+    hak_c2_heap_init(h);
     hak_pool_init_heap(h);
     h->next_all = heaps_all;
     __atomic_store_n(&heaps_all, h, __ATOMIC_RELEASE);   /* the purger walks it unlocked */

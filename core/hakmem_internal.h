@@ -128,13 +128,9 @@
 #define HAK_L2_FIRST      HAK_TINY_CLASSES
 #define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 
-/* HAKMEM_TINY_C2_LOCAL_CACHE=1: requests of 17..32 B map to this pseudo
- * class, whose queue head is the heap's c2_cache, a slab-shaped LIFO list
- * of up to HAK_C2_CACHE_CAP blocks of class 1 (32 B) taken from any of the
- * heap's slabs.  malloc pops it with the ordinary Tiny fast path; a free of a
- * class-1 block (its slab has tier HAK_TIER_TINY_C2, so it is not taken for
- * Tiny) reaches class 1's empty ring and is pushed there.  Off, nothing maps
- * here and the fast paths are unchanged. */
+/* HAKMEM_TINY_C2_LOCAL_CACHE (hakmem_c2_cache.c): the pseudo class of
+ * 17..32 B requests, the class of its blocks, its size, and the tier of
+ * class-1 slabs while it is on. */
 #define HAK_C2_CLASS      HAK_NUM_CLASSES
 #define HAK_C2_REAL_CLASS 1
 #define HAK_C2_CACHE_CAP  64
@@ -275,8 +271,7 @@ typedef struct hak_heap {
     hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
     hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
     /* The ring of each L2 / L2.5 class (an empty ring in the empty heap);
-     * Tiny classes have the empty ring (cap 0): a free that reaches it is a
-     * HAKMEM_TINY_C2_LOCAL_CACHE block (hak_pool_free_ring_full). */
+     * Tiny classes have the empty ring (cap 0). */
     hak_ring_t      *ring[HAK_NUM_CLASSES];
     /* Written by other threads: a line of its own. */
     _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));
@@ -481,9 +476,13 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
 /* The slow paths take the request, not its class: the fast path then keeps
  * no register for the class (one instruction less on every malloc). */
 HAK_INTERNAL void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h);
+
+/* The 32-byte cache (hakmem_c2_cache.c; fast path: box/c2_cache_box.h). */
+HAK_INTERNAL void *hak_c2_refill(hak_heap_t *h);
 HAK_INTERNAL void hak_c2_free_full(hak_heap_t *h, void *p);
 HAK_INTERNAL void hak_c2_flush(hak_heap_t *h, unsigned keep);
-HAK_INTERNAL void hak_size_class_enable_c2(void);
+HAK_INTERNAL void hak_c2_enable(void);
+HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r);

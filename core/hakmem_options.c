@@ -167,7 +167,7 @@ void hak_options_init(void) {
         hak_opt.tiny_c2_cache = 0;
     }
 #endif
-    if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
+    if (hak_opt.tiny_c2_cache) hak_c2_enable();
     hak_profile_init();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {

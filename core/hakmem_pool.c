@@ -3,6 +3,7 @@
  * refilled from, and flushed to, the heap's slabs half a ring at a time. */
 #include "hakmem_internal.h"
 #include "box/pool_ring_box.h"
+#include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
@@ -158,14 +159,17 @@ void hak_pool_flush_all(hak_heap_t *h) {
     hak_c2_flush(h, 0);
 }
 
+/* The owner's free of a block of the 32-byte cache's slabs comes here too:
+ * their ring is the empty ring, so the free fast path needs no test of its
+ * own for them (it would cost every L2 free). */
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     if (r == &hak_empty_ring) {
-        unsigned cls = hak_slab_of(p)->cls;
-        if (cls < HAK_L2_FIRST) {   /* a Tiny class: the 32-byte cache */
+        hak_slab_t *s = hak_slab_of(p);
+        if (s->tier == HAK_TIER_TINY_C2) {
             hak_c2_free(h, p);
             return;
         }
-        r = ring_open(h, cls);      /* a class this heap had not used yet */
+        r = ring_open(h, s->cls);   /* a class this heap had not used yet */
         r->slot[r->count++] = p;
         return;
     }

@@ -44,18 +44,4 @@ slow:
 #endif
 }
 
-/* HAKMEM_TINY_C2_LOCAL_CACHE: a 32-byte block back into the thread's cache
- * (the owner's path for slabs of tier HAK_TIER_TINY_C2). */
-static inline void hak_c2_free(hak_heap_t *h, void *p) {
-    hak_slab_t *c = &h->c2_cache;
-    if (hak_likely(0u - c->used < HAK_C2_CACHE_CAP)) {
-        hak_block_t *b = (hak_block_t *)p;
-        hak_link_set(b, c->free);
-        c->free = b;
-        c->used--;
-        return;
-    }
-    hak_c2_free_full(h, p);
-}
-
 #endif
