@@ -109,6 +109,19 @@ void *hak_meta_alloc(size_t size) {
     return r;   /* fresh mapping: already zero */
 }
 
+#ifndef HAK_HARDENED
+/* The default build gives a retired range straight back (the hardened
+ * build keeps it reserved and dead a while: hakmem_hardened.c). */
+void hak_os_retire_range(void *base, size_t len) {
+    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
+    hak_os_unmap(base, len);
+}
+
+void hak_os_retire_moved(void *base, size_t len) { (void)base, (void)len; }
+
+bool hak_os_release_dead(void) { return false; }
+#endif
+
 /* fork(): held across it, so the child never inherits them half-taken. */
 void hak_chunk_map_lock_all(void) {
     hak_lock(&radix_lock);

@@ -9,7 +9,6 @@
  * address. */
 #include "hakmem_internal.h"
 
-
 #ifdef HAK_HARDENED
 
 /* Address space given back to the OS stays reserved, inaccessible and
@@ -85,16 +84,6 @@ bool hak_os_release_dead(void) {
     dead_bytes = 0;
     hak_unlock(&dead_lock);
     return any;
-}
-
-#else
-
-bool hak_os_release_dead(void) { return false; }
-void hak_os_retire_moved(void *base, size_t len) { (void)base, (void)len; }
-
-void hak_os_retire_range(void *base, size_t len) {
-    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
-    hak_os_unmap(base, len);
 }
 
 #endif

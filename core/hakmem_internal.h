@@ -342,7 +342,7 @@ HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_chunk_map_lock_all(void);
 HAK_INTERNAL void  hak_chunk_map_unlock_all(void);
 
-/* Retiring mappings (hakmem_hardened.c). */
+/* Retiring mappings (hakmem_chunk_map.c; hardened build: hakmem_hardened.c). */
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
 HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
