@@ -9,6 +9,7 @@
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
+#include "hakmem_remote.h"
 
 #include <errno.h>
 #include <string.h>

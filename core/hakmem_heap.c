@@ -40,34 +40,6 @@ static bool heap_key_ready;
 _Atomic int hak_initialized;
 static hak_lock_t init_lock;
 
-/* ---- remote frees ----------------------------------------------------------
- * One CAS onto the block's slab (the new word also counts the block).  If the owner had parked the slab (NOTIFY),
- * the first freer also pushes the slab onto the owner's notify stack.  The
- * slab cannot go away in between: a parked slab whose NOTIFY is gone is never
- * retired (slab_maybe_retire) until its notification has come through. */
-void hak_remote_free(hak_slab_t *s, void *p) {
-    hak_block_t *b = (hak_block_t *)p;
-    uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
-    do {
-        hak_link_set(b, (hak_block_t *)(old & HAK_REMOTE_LIST));
-    } while (!atomic_compare_exchange_weak_explicit(
-                 &s->remote, &old,
-                 (uintptr_t)b | ((old & ~HAK_REMOTE_LIST & ~HAK_REMOTE_NOTIFY) + HAK_REMOTE_ONE),
-                 memory_order_acq_rel, memory_order_relaxed));
-    /* acq_rel: a freer that takes NOTIFY has seen the owner's arming of it */
-    if (old & HAK_REMOTE_NOTIFY) {
-        hak_heap_t *owner = s->owner;
-        hak_slab_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
-        do {
-            s->notify_next = head;
-        } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, s,
-                                                        memory_order_seq_cst,
-                                                        memory_order_relaxed));
-        /* No thread will collect it: the purger does (hakmem_purge.c). */
-        if (hak_heap_state(owner) == HAK_HEAP_ABANDONED) hak_purge_kick();
-    }
-}
-
 /* Collect every remote free in the heap's slabs; empty slabs and
  * SuperSlabs go back to their SuperSlabs and the cache (their pages stay
  * resident until their delay has passed).  The caller owns h (its thread,

@@ -160,18 +160,6 @@ struct hak_ring;
  * left), so the free path tests "now empty or was full" with one compare. */
 #define HAK_SLAB_FULL 0x80000000u
 
-/* A remote free that finds HAK_REMOTE_NOTIFY in slab->remote clears it and
- * hands the slab to its owner (heap->notify): the owner set it when it took
- * the slab off its queue and stopped looking at it. */
-#define HAK_REMOTE_NOTIFY ((uintptr_t)1)
-/* The remote word: the last block freed remotely (16-byte aligned, below
- * 2^47), NOTIFY in bit 0, and in its top 16 bits how many blocks the list
- * holds (a slab has at most 4096), so the owner takes the list without
- * walking it to count. */
-#define HAK_REMOTE_COUNT_SHIFT 48
-#define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
-#define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
-
 /* The free check's view of a page's slab (box/free_check_box.h): blocks
  * start at the address whose low 32 bits are `start`; a pointer is a block
  * start handed out at some time exactly when (its low 32 bits - start) * mul
@@ -541,7 +529,6 @@ HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
-HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_release_abandoned(void);

@@ -8,6 +8,7 @@
  * remote free into it hands it back to the owner (heap->notify). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
+#include "hakmem_remote.h"
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
@@ -243,48 +244,6 @@ static bool slab_reattach(hak_slab_t *s) {
     return true;
 }
 
-/* Move the blocks other threads freed into the owner's free list, keeping
- * the NOTIFY mark as it was.  Returns whether any came.  No pages are given
- * back here: in a producer/consumer pair the producer reuses these blocks at
- * once, and decommitting them would cost a page fault per page each time. */
-static bool slab_collect_remote(hak_slab_t *s) {
-    uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
-    do {
-        if ((old & ~HAK_REMOTE_NOTIFY) == 0) return false;
-    } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, old & HAK_REMOTE_NOTIFY,
-                                                    memory_order_acquire, memory_order_relaxed));
-    hak_block_t *list = (hak_block_t *)(old & HAK_REMOTE_LIST), *tail = list;
-    uint32_t n = (uint32_t)(old >> HAK_REMOTE_COUNT_SHIFT);
-    if (s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25) {   /* stamped for the purger */
-        uint32_t now = hak_now_ms();
-        hak_block_stamp(tail, now);
-        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next)
-            hak_block_stamp(next, now);
-        s->owner->purge_pending += (size_t)n * hak_class_block_size[s->cls];
-    } else if (s->free == NULL) {
-        /* The usual case (the slab ran dry): the list becomes the free
-         * list as it is, unwalked; its blocks are touched as they are
-         * handed out. */
-        s->free = list;
-        s->used -= n;
-        return true;
-    } else if (s->carved - slab_used(s) < n) {
-        /* The shorter list is walked (Tiny: the free list holds every
-         * carved block that is not out), the longer one goes after it. */
-        hak_block_t *t = s->free;
-        for (hak_block_t *next; (next = hak_link_get(t)) != NULL; t = next) {}
-        hak_link_set(t, list);
-        s->used -= n;
-        return true;
-    } else {
-        for (hak_block_t *next; (next = hak_link_get(tail)) != NULL; tail = next) {}
-    }
-    hak_link_set(tail, s->free);
-    s->free = list;
-    s->used -= n;
-    return true;
-}
-
 static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
     if (!slab_is_parked(s)) queue_remove(h, s->cls, s);
     s->used = 0;
@@ -299,8 +258,7 @@ static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
     if (slab_used(s) != 0 || s->notify_pending) return false;
     /* Parked without NOTIFY: a remote freer took the notification and may
      * still be about to push this slab; it must stay until it arrives. */
-    if (slab_is_parked(s) &&
-        !(atomic_load_explicit(&s->remote, memory_order_acquire) & HAK_REMOTE_NOTIFY)) {
+    if (slab_is_parked(s) && !hak_remote_armed(s)) {
         s->notify_pending = 1;
         return false;
     }
@@ -316,11 +274,8 @@ static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
  * same slab to the notify stack twice. */
 static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
     while (!s->notify_pending) {
-        uintptr_t expected = 0;
-        if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
-                                                    memory_order_acq_rel, memory_order_relaxed))
-            break;
-        slab_collect_remote(s);
+        if (hak_remote_arm(s)) break;
+        hak_remote_collect(s);
         if (!force) return false;
     }
     queue_remove(h, s->cls, s);
@@ -331,25 +286,9 @@ static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
 /* Back on the queue.  `notified`: the slab came through heap->notify, so
  * NOTIFY is already clear and no other notification can be on its way. */
 static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
-    if (!notified) {
-        uintptr_t old = atomic_fetch_and_explicit(&s->remote, ~HAK_REMOTE_NOTIFY,
-                                                  memory_order_acq_rel);
-        if (!(old & HAK_REMOTE_NOTIFY)) s->notify_pending = 1;
-    }
+    if (!notified) hak_remote_disarm(s);
     s->used &= ~HAK_SLAB_FULL;
     queue_push_tail(h, s->cls, s);
-}
-
-/* Re-arm NOTIFY on a slab that stays parked, collecting what slipped in. */
-static void slab_rearm(hak_slab_t *s) {
-    for (;;) {
-        uintptr_t expected = 0;
-        if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
-                                                    memory_order_acq_rel, memory_order_relaxed))
-            return;
-        if (expected == HAK_REMOTE_NOTIFY) return;      /* armed already */
-        slab_collect_remote(s);
-    }
 }
 
 /* Every HAKMEM_BATCH_TIER_SIZE refills of a class, look at the tier of its
@@ -390,7 +329,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         }
         if (got == n) break;
         if (slab_carve(s, n - got)) continue;
-        if (slab_collect_remote(s)) continue;
+        if (hak_remote_collect(s)) continue;
         if (slab_reattach(s)) continue;
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
@@ -424,19 +363,19 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
 /* The owner's side of HAK_REMOTE_NOTIFY: slabs that other threads freed
  * into while the owner was not looking. */
 void hak_slab_collect_notified(hak_heap_t *h) {
-    hak_slab_t *s = atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+    hak_slab_t *s = hak_remote_take_notified(h);
     if (s == NULL) return;
     hak_heap_lock(h);
     bool abandoned = heap_abandoned(h);
     while (s != NULL) {
         hak_slab_t *next = s->notify_next;
         s->notify_pending = 0;
-        slab_collect_remote(s);
+        hak_remote_collect(s);
         if (slab_is_parked(s)) {
             if (!abandoned && slab_ss_hot(s) && slab_has_room(s) && slab_worth_queueing(s))
                 slab_unpark(h, s, true);
             else
-                slab_rearm(s);
+                hak_remote_rearm(s);
         }
         slab_maybe_retire(h, s);
         s = next;
@@ -447,7 +386,7 @@ void hak_slab_collect_notified(hak_heap_t *h) {
 /* Collect a slab's remote frees whatever its state (thread exit, trim, an
  * abandoned heap) and retire it if it is empty.  Caller holds the heap lock. */
 void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
-    slab_collect_remote(s);
+    hak_remote_collect(s);
     slab_maybe_retire(h, s);
 }
 

@@ -1,0 +1,76 @@
+/* Remote frees and the NOTIFY protocol (hakmem_remote.c), in one place.
+ *
+ * A slab's free list is its owner's alone.  Another thread that frees one
+ * of its blocks pushes it onto the slab's remote word (a lock-free list);
+ * the owner takes the whole list in one exchange (hak_remote_collect) when
+ * the slab runs dry or is swept.
+ *
+ * A slab its owner no longer looks at (parked: no free block left, or its
+ * SuperSlab is DRAINING; or every slab of an abandoned heap) is ARMED:
+ * HAK_REMOTE_NOTIFY in its remote word.  The first remote free into an
+ * armed slab clears the bit and pushes the slab onto the owner's notify
+ * stack (heap->notify), which the owner drains on its slow paths
+ * (hak_slab_collect_notified) and the purger for an abandoned heap.
+ *   arm     (hak_remote_arm, when the owner parks the slab) fails if a
+ *           remote free slipped in: the owner collects it first;
+ *   disarm  (hak_remote_disarm, when the owner queues the slab again): if
+ *           the bit was gone, a freer took the notification, and the slab
+ *           is on its way to the notify stack: notify_pending is set, and
+ *           the slab is neither armed again nor retired until it arrives
+ *           (so it is never on the stack twice, nor freed while on it). */
+#ifndef HAKMEM_REMOTE_H
+#define HAKMEM_REMOTE_H
+
+#include "hakmem_internal.h"
+
+/* A remote free that finds HAK_REMOTE_NOTIFY in slab->remote clears it and
+ * hands the slab to its owner (heap->notify): the owner set it when it took
+ * the slab off its queue and stopped looking at it. */
+#define HAK_REMOTE_NOTIFY ((uintptr_t)1)
+/* The remote word: the last block freed remotely (16-byte aligned, below
+ * 2^47), NOTIFY in bit 0, and in its top 16 bits how many blocks the list
+ * holds (a slab has at most 4096), so the owner takes the list without
+ * walking it to count. */
+#define HAK_REMOTE_COUNT_SHIFT 48
+#define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
+#define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
+
+HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
+/* Move the remote list into the free list; false if it was empty.  Owner. */
+HAK_INTERNAL bool hak_remote_collect(hak_slab_t *s);
+
+/* Owner: arm a slab it parks; false (nothing armed) if a remote free came. */
+static inline bool hak_remote_arm(hak_slab_t *s) {
+    uintptr_t expected = 0;
+    return atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
+                                                   memory_order_acq_rel, memory_order_relaxed);
+}
+
+/* Owner: the slab is queued again, not through the notify stack. */
+static inline void hak_remote_disarm(hak_slab_t *s) {
+    uintptr_t old = atomic_fetch_and_explicit(&s->remote, ~HAK_REMOTE_NOTIFY, memory_order_acq_rel);
+    if (!(old & HAK_REMOTE_NOTIFY)) s->notify_pending = 1;
+}
+
+/* Owner: arm a slab that stays parked, collecting what slipped in. */
+static inline void hak_remote_rearm(hak_slab_t *s) {
+    for (;;) {
+        uintptr_t expected = 0;
+        if (atomic_compare_exchange_strong_explicit(&s->remote, &expected, HAK_REMOTE_NOTIFY,
+                                                    memory_order_acq_rel, memory_order_relaxed))
+            return;
+        if (expected == HAK_REMOTE_NOTIFY) return;      /* armed already */
+        hak_remote_collect(s);
+    }
+}
+
+static inline bool hak_remote_armed(hak_slab_t *s) {
+    return (atomic_load_explicit(&s->remote, memory_order_acquire) & HAK_REMOTE_NOTIFY) != 0;
+}
+
+/* Owner: the slabs notified since the last call, linked by notify_next. */
+static inline hak_slab_t *hak_remote_take_notified(hak_heap_t *h) {
+    return atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+}
+
+#endif /* HAKMEM_REMOTE_H */
