@@ -69,6 +69,16 @@ static void heap_park(hak_heap_t *h) {
     hak_heap_unlock(h);
 }
 
+/* A heap no thread runs on (or one about to be abandoned) gives back what
+ * it holds: its rings go to the slabs (a borrowed heap may hold ring
+ * blocks), remote frees are collected, empty slabs and SuperSlabs go to the
+ * cache, and every slab is parked and armed again. */
+static void heap_reclaim(hak_heap_t *h) {
+    heap_flush_rings(h);
+    heap_sweep(h);
+    heap_park(h);
+}
+
 /* ---- heap life cycle ------------------------------------------------------- */
 static _Atomic unsigned abandoned_count;
 static size_t active_count;   /* heaps with a thread: written under heap_lock,
@@ -155,42 +165,41 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     return h;
 }
 
-/* From the slow path every 256 refills: while threads have exited and left
- * heaps behind, take one at a time and collect its remote frees, so that
- * its empty slabs and SuperSlabs serve the running threads (through the
- * SuperSlab cache, warm) rather than wait for a new thread to adopt it.
- * Where the purger cannot run, this is also when due memory goes back. */
-void hak_heap_housekeeping(hak_heap_t *h) {
-    /* not from the profiler's heap: its lock may not wait for heap_lock */
-    if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
-    hak_purge_inline();
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return;
-    if (!hak_trylock(&heap_lock)) return;
-    hak_heap_t *b = heap_pop_abandoned_locked();
-    hak_unlock(&heap_lock);
-    if (b == NULL) return;
-    heap_flush_rings(b);     /* a borrowed heap may hold ring blocks */
-    heap_sweep(b);
-    heap_park(b);
+/* The abandoned heaps give back what they hold (heap_reclaim), as `how`
+ * says (HAK_RECLAIM_*, hakmem_internal.h).  Taken off the list one at a
+ * time while that runs and put back at its tail, so a new thread finds the
+ * others there to adopt and successive calls go round; or, IN_PLACE, all
+ * of them under heap_lock.  Returns, for NOTIFIED, whether it stopped with
+ * more to look at; for IN_PLACE, whether SuperSlabs went back; else false. */
+static bool reclaim_lock(unsigned how) {
+    if (how & HAK_RECLAIM_TRY) return hak_trylock(&heap_lock);
     hak_lock(&heap_lock);
-    heap_abandon_locked(b);
-    hak_unlock(&heap_lock);
+    return true;
 }
 
-/* The purger (and malloc_trim, `all`) collects the remote frees of the
- * abandoned heaps: those with something on their notify stack, or all of
- * them.  One at a time is taken off the list while that runs, as by
- * housekeeping, so a new thread finds the others there to adopt.  A purge
- * pass takes at most 8 (each is found by a scan from the list's head);
- * returns whether it stopped with more to look at. */
-bool hak_heap_sweep_abandoned(bool all) {
-    unsigned n = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
-    bool more = !all && n > 8;
+bool hak_heap_reclaim_abandoned(unsigned how) {
+    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return false;
+    if (how & HAK_RECLAIM_IN_PLACE) {
+        if (!reclaim_lock(how)) return false;
+        size_t before = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
+                        atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+        for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) heap_reclaim(b);
+        hak_unlock(&heap_lock);
+        size_t after = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
+                       atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+        return after < before;
+    }
+    /* A NOTIFIED pass takes at most 8 (each is found by a scan from the
+     * list's head). */
+    unsigned n = (how & HAK_RECLAIM_ONE) ? 1
+                 : atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+    bool more = (how & HAK_RECLAIM_NOTIFIED) && n > 8;
     if (more) n = 8;
     for (; n != 0; n--) {
-        hak_lock(&heap_lock);
+        if (!reclaim_lock(how)) return false;
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
-        while (b != NULL && !all && atomic_load_explicit(&b->notify, memory_order_seq_cst) == NULL) {
+        while (b != NULL && (how & HAK_RECLAIM_NOTIFIED) &&
+               atomic_load_explicit(&b->notify, memory_order_seq_cst) == NULL) {
             prev = b;
             b = b->next_free;
         }
@@ -203,9 +212,7 @@ bool hak_heap_sweep_abandoned(bool all) {
         }
         hak_unlock(&heap_lock);
         if (b == NULL) return false;
-        heap_flush_rings(b);
-        heap_sweep(b);
-        heap_park(b);
+        heap_reclaim(b);
         hak_lock(&heap_lock);
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
@@ -216,25 +223,6 @@ bool hak_heap_sweep_abandoned(bool all) {
 hak_heap_t *hak_heap_first(void) { return __atomic_load_n(&heaps_all, __ATOMIC_ACQUIRE); }
 
 size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATOMIC_RELAXED); }
-
-/* Out of address space: exited threads' heaps give back their empty
- * SuperSlabs.  A trylock: the caller may hold heap_lock already
- * (hak_alloc_without_heap). */
-bool hak_heap_release_abandoned(void) {
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return false;
-    if (!hak_trylock(&heap_lock)) return false;
-    size_t before = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
-                    atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
-    for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) {
-        heap_flush_rings(b);
-        heap_sweep(b);
-        heap_park(b);
-    }
-    hak_unlock(&heap_lock);
-    size_t after = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
-                   atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
-    return after < before;
-}
 
 /* malloc_trim in this thread, or asked for by one in another thread (on
  * the next slow path): the rings go back to the slabs, which are swept
@@ -275,9 +263,7 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
 static void heap_thread_exit(void *arg) {
     hak_heap_t *h = arg;
     if (h == NULL || h != hak_tls_owner) return;
-    heap_flush_rings(h);
-    heap_sweep(h);
-    heap_park(h);
+    heap_reclaim(h);
     hak_tls_heap = &hak_empty_heap;
     hak_tls_owner = NULL;
     tls_thread_done = true;

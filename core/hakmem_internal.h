@@ -381,6 +381,8 @@ HAK_INTERNAL void hak_purge_fork_parent(void);
 HAK_INTERNAL void hak_purge_fork_child(void);
 /* The OS refused memory: everything cached goes back (hak_chunk_map_on_refusal). */
 HAK_INTERNAL bool hak_make_room(void);
+/* From the owner's slow path now and then (every 256 refills). */
+HAK_INTERNAL void hak_housekeeping(hak_heap_t *h);
 
 /* The heap lock.  The owner takes it on its slow paths (nestable: only the
  * owner uses lock_depth) around the state other threads' purges read and
@@ -530,14 +532,20 @@ HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
-HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
-HAK_INTERNAL bool hak_heap_release_abandoned(void);
+/* What hak_heap_reclaim_abandoned does, and to which heaps. */
+enum {
+    HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping) */
+    HAK_RECLAIM_NOTIFIED = 2,  /* those with remote frees notified, 8 at most (purger) */
+    HAK_RECLAIM_TRY      = 4,  /* not if heap_lock is held (the caller may hold it) */
+    HAK_RECLAIM_IN_PLACE = 8,  /* all, left on the list, under heap_lock (making
+                                  room: says whether SuperSlabs went back) */
+};
+HAK_INTERNAL bool hak_heap_reclaim_abandoned(unsigned how);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 /* Sums over every heap, for mallinfo2: pages in slab spans and free pages
  * still resident (each heap's owner writes its own counts). */
 HAK_INTERNAL void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages);
 HAK_INTERNAL void hak_heap_trim_self(hak_heap_t *h);
-HAK_INTERNAL bool hak_heap_sweep_abandoned(bool all);
 HAK_INTERNAL hak_heap_t *hak_heap_first(void);
 HAK_INTERNAL size_t hak_heap_active_count(void);
 static inline int hak_heap_state(const hak_heap_t *h) {

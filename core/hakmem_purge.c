@@ -1,4 +1,11 @@
-/* Giving memory back by time.
+/* Reclamation: every way memory goes back, in one place.
+ *   the purger and housekeeping   by time (below)
+ *   hak_purge_everything          malloc_trim: all of it, now
+ *   hak_make_room                 the OS refused a mapping
+ * Each reaches the heaps of exited threads through one function,
+ * hak_heap_reclaim_abandoned (hakmem_heap.c), told what to do by flags.
+ *
+ * Giving memory back by time.
  *
  * Nothing goes back to the OS because something happened (a thread
  * exited, a ring flushed, a slab or SuperSlab emptied, a large block was
@@ -31,7 +38,7 @@
  * maps, and the free lists of its L2 and L2.5 slabs.  The purger takes it
  * to give back a live heap's due pages.  Abandoned heaps (their thread has
  * exited) keep every slab parked with NOTIFY armed; a remote free into one
- * kicks the purger, which collects it (hak_heap_sweep_abandoned), so
+ * kicks the purger, which collects it (hak_heap_reclaim_abandoned), so
  * memory freed by other threads after its owner exited comes back too.
  *
  * malloc_trim (hak_purge_everything) runs the same pass with no delay over
@@ -69,7 +76,7 @@ static bool heap_purged(const hak_heap_t *h, int state) {
  * stamp falls due.  Caller holds purge_lock. */
 static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
     /* More abandoned heaps to collect: come back at once. */
-    uint32_t wait = hak_heap_sweep_abandoned(false) ? 0 : HAK_PURGE_NONE;
+    uint32_t wait = hak_heap_reclaim_abandoned(HAK_RECLAIM_NOTIFIED) ? 0 : HAK_PURGE_NONE;
     uint32_t now = hak_now_ms();
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
@@ -207,7 +214,7 @@ bool hak_purge_everything(void) {
     if (me != NULL) hak_heap_trim_self(me);
     tls_trimming = false;
     hak_lock(&purge_lock);
-    hak_heap_sweep_abandoned(true);
+    hak_heap_reclaim_abandoned(0);
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st)) continue;
@@ -223,6 +230,18 @@ bool hak_purge_everything(void) {
     return atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
 }
 
+/* From the slow path every 256 refills: while threads have exited and left
+ * heaps behind, take one at a time and collect its remote frees, so that
+ * its empty slabs and SuperSlabs serve the running threads (through the
+ * SuperSlab cache, warm) rather than wait for a new thread to adopt it.
+ * Where the purger cannot run, this is also when due memory goes back. */
+void hak_housekeeping(hak_heap_t *h) {
+    /* not from the profiler's heap: its lock may not wait for heap_lock */
+    if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
+    hak_purge_inline();
+    hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY);
+}
+
 /* When the OS says no (hakmem_chunk_map.c): the empty SuperSlabs of exited
  * threads' heaps, the SuperSlabs and large mappings hakmem keeps cached and
  * the hardened build's dead ranges go back, so that memory freed by the
@@ -230,7 +249,7 @@ bool hak_purge_everything(void) {
  * if anything went back.  (Takes heap_lock only by trylock: a caller may
  * hold it.) */
 bool hak_make_room(void) {
-    bool any = hak_heap_release_abandoned();
+    bool any = hak_heap_reclaim_abandoned(HAK_RECLAIM_IN_PLACE | HAK_RECLAIM_TRY);
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
     any |= hak_os_release_dead();

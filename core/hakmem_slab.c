@@ -334,7 +334,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
     if (locked) hak_heap_unlock(h);
-    if ((++h->slow_count & 255) == 0) hak_heap_housekeeping(h);
+    if ((++h->slow_count & 255) == 0) hak_housekeeping(h);
     return got;
 }
 
