@@ -1,0 +1,96 @@
+/* hakmem — compile-time configuration: sizes, geometry, class counts, and
+ * the attributes every file uses. */
+#ifndef HAKMEM_CONFIG_H
+#define HAKMEM_CONFIG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "hakmem.h"
+
+#ifndef POOL_L2_RING_CAP
+#define POOL_L2_RING_CAP 48
+#endif
+#ifndef POOL_L25_RING_CAP
+#define POOL_L25_RING_CAP 16
+#endif
+#if POOL_L2_RING_CAP < 1 || POOL_L25_RING_CAP < 1
+#error "ring capacities (make L2_RING=N L25_RING=M) must be at least 1"
+#endif
+
+#define HAK_INTERNAL __attribute__((visibility("hidden")))
+#define hak_likely(x)   __builtin_expect(!!(x), 1)
+#define hak_unlikely(x) __builtin_expect(!!(x), 0)
+#define HAK_NOINLINE    __attribute__((noinline))
+#define HAK_COLD        __attribute__((cold, noinline))
+/* The functions a sampled allocation passes through inside hakmem (the
+ * inline fast paths too, for builds that do not inline them): their own
+ * section, so the heap profiler drops their frames from a stack by address
+ * (hakmem_profile.c).  (A function with a section of its own is also never
+ * split into hot and cold parts.) */
+#define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
+
+#ifdef HAK_DEBUG
+#include <assert.h>
+#define hak_assert(x) assert(x)
+#else
+#define hak_assert(x) ((void)0)
+#endif
+
+/* ---- geometry ---------------------------------------------------------- */
+#define HAK_CHUNK_SHIFT   22                          /* 4 MiB            */
+#define HAK_CHUNK_SIZE    ((size_t)1 << HAK_CHUNK_SHIFT)
+#define HAK_ADDR_BITS     47                          /* user space        */
+#define HAK_MAP_ENTRIES   ((size_t)1 << (HAK_ADDR_BITS - HAK_CHUNK_SHIFT))
+#define HAK_PAGE_SHIFT    16                          /* 64 KiB            */
+#define HAK_PAGE_SIZE     ((size_t)1 << HAK_PAGE_SHIFT)
+#define HAK_SS_PAGES      (HAK_CHUNK_SIZE / HAK_PAGE_SIZE)   /* 64         */
+#define HAK_MAX_SPAN      16                          /* pages per slab    */
+
+#define HAK_TINY_MAX      1024
+#define HAK_L2_MAX        (52 * 1024)
+#define HAK_L25_MAX       (1024 * 1024)
+
+#define HAK_TINY_CLASSES  20
+#define HAK_L2_CLASSES    23
+#define HAK_L25_CLASSES   17
+#define HAK_NUM_CLASSES   (HAK_TINY_CLASSES + HAK_L2_CLASSES + HAK_L25_CLASSES)
+#define HAK_L2_FIRST      HAK_TINY_CLASSES
+#define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
+
+/* HAKMEM_TINY_C2_LOCAL_CACHE (hakmem_c2_cache.c): the pseudo class of
+ * 17..32 B requests, the class of its blocks, its size, and the tier of
+ * class-1 slabs while it is on. */
+#define HAK_C2_CLASS      HAK_NUM_CLASSES
+#define HAK_C2_REAL_CLASS 1
+#define HAK_C2_CACHE_CAP  64
+#define HAK_TIER_TINY_C2  5
+
+/* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
+ * (a 1 MiB class keeps 2 blocks, not 16). */
+#define HAK_L25_RING_BUDGET (1u << 20)
+
+#define HAK_LARGE_HDR     64   /* header before every large block */
+
+/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved.
+ * HAK_CHUNK_PROF: a SuperSlab of the heap profiler's own heap, which serves
+ * the sampled blocks (hakmem_profile.c): the free fast path takes only
+ * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it
+ * to the profiler; everything else treats it as a SuperSlab. */
+enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,
+       HAK_CHUNK_PROF = 4 };
+
+/* Giving memory back by time (hakmem_purge.c): the default delay, the
+ * purge functions' "nothing left" answer, and what a heap stamps before
+ * it starts the purger. */
+#ifndef HAK_PURGE_DELAY_DEFAULT
+#define HAK_PURGE_DELAY_DEFAULT 1000
+#endif
+#define HAK_PURGE_NONE UINT32_MAX
+/* A heap starts the purger once this much of its memory is stamped: a
+ * program that frees less never has one (it is not worth a thread). */
+#define HAK_PURGE_KICK_MIN ((size_t)4 << 20)
+
+#endif /* HAKMEM_CONFIG_H */
