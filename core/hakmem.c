@@ -168,7 +168,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         hak_heap_t *h = hak_tls_owner;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
-        else if (s->tier == HAK_TIER_TINY) hak_tiny_free(h, s, p);
+        else if (s->tier == HAK_TIER_TINY) hak_slab_push(h, s, p);
         else if (s->tier == HAK_TIER_TINY_C2) hak_c2_free(h, p);
         else hak_pool_free(h, s->ring, p);
         return;
@@ -183,10 +183,10 @@ void hak_free(void *p) {
             hak_free_check_fail(p);        /* stops */
             return;
         }
-        hak_slab_t *s = hak_page_slab_of(p);
+        hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            hak_tiny_free(h, s, p);
+            hak_slab_push(h, s, p);
             return;
         }
         if (hak_likely(s->owner == h)) {

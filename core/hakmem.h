@@ -61,7 +61,7 @@ HAK_API size_t     hak_class_size(int cls);
 HAK_API hak_tier_t hak_class_tier(int cls);
 HAK_API int        hak_class_count(void);
 
-/* A snapshot of the backend: SuperSlabs by tier (HOT takes allocations,
+/* A snapshot of the backend: SuperSlabs by state (HOT takes allocations,
  * DRAINING is emptying out, FREE is empty and cached), bytes mapped for
  * large blocks (and how many of them sit in the cache), thread heaps
  * (abandoned: their thread exited, waiting for a new one), and what has
@@ -80,7 +80,7 @@ HAK_API void hak_get_info(hak_info_t *info);
 
 /* The statistics report HAKMEM_STATS=1 prints at exit: per tier and class,
  * allocations, frees, remote frees and refills (counted only with
- * HAKMEM_STATS=1), bytes in use at peak, SuperSlabs by tier and memory
+ * HAKMEM_STATS=1), bytes in use at peak, SuperSlabs by state and memory
  * given back to the OS. */
 HAK_API void hak_stats_print(FILE *out);
 

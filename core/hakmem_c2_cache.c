@@ -10,7 +10,7 @@
 #include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
-#include "box/tiny_box.h"
+#include "box/slab_push_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
@@ -27,7 +27,7 @@ void hak_c2_flush(hak_heap_t *h, unsigned keep) {
     else c->free = NULL;
     while (b != NULL) {
         hak_block_t *next = hak_link_get_any(b);
-        hak_tiny_free(h, hak_slab_of(b), b);
+        hak_slab_push(h, hak_slab_of(b), b);
         c->used++;
         b = next;
     }

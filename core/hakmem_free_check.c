@@ -60,7 +60,7 @@ void hak_span_check_sync(const hak_slab_t *s, bool carved_only) {
 void hak_free_check_fail(void *p) {
     const char *why;
     hak_superslab_t *ss = hak_ss_of(p);
-    const hak_span_check_t *c = &hak_page_slab_of(p)->check;
+    const hak_span_check_t *c = &hak_page_desc_of(p)->check;
     uint64_t limit = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
     const hak_slab_t *s = &ss->slabs[ss->page_head[hak_page_of(p)]];
     uint32_t off = (uint32_t)(uintptr_t)p - c->start;

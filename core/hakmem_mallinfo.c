@@ -3,7 +3,7 @@
  * would otherwise describe glibc's arena, which holds nothing.
  *
  * Every figure comes from counters hakmem keeps anyway or updates only on
- * slow paths: SuperSlabs by tier, each heap's pages in slab spans and free
+ * slow paths: SuperSlabs by state, each heap's pages in slab spans and free
  * pages still resident (changed when a span is made or retired), bytes
  * mapped for large blocks and the large cache.  So "in use" counts a slab
  * whole while it holds any block: it is the memory the program's blocks

@@ -45,7 +45,7 @@ static const option_t options[] = {
     { "HAKMEM_STATS", &hak_opt.stats, 0, 0, 1,
       "1: count allocations, frees, remote frees and refills per class; report at exit", NULL, NULL },
     { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
-      "refills of a size class between checks of its SuperSlab's tier (1: every refill)", NULL, NULL },
+      "refills of a size class between checks of its SuperSlab's state (1: every refill)", NULL, NULL },
     { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,
       "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL, NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,

@@ -6,7 +6,7 @@
 #include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
-#include "box/tiny_box.h"
+#include "box/slab_push_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
@@ -74,10 +74,10 @@ typedef struct { hak_slab_t *slab; uint32_t n; } deferred_t;
 static void defer_apply(hak_heap_t *h, deferred_t *d, uint32_t now) {
     hak_slab_t *s = d->slab;
     if (s == NULL) return;
-    uint32_t used = (s->used & ~HAK_SLAB_FULL) - d->n;
+    uint32_t used = (s->used & ~HAK_SLAB_PARKED) - d->n;
     bool purge = hak_opt.purge_delay_ms == 0 && hak_slab_purge_due(s, used);
     s->used -= d->n;
-    if (used == 0 || (s->used & HAK_SLAB_FULL)) hak_slab_free_slow(h, s);
+    if (used == 0 || (s->used & HAK_SLAB_PARKED)) hak_slab_free_slow(h, s);
     else if (purge) hak_slab_purge(s, now, 0);
     d->slab = NULL;
 }
@@ -111,8 +111,8 @@ static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
         hak_block_stamp(p, now);
     }
     /* decided before the free, which may retire the slab */
-    bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
-    hak_tiny_free(h, s, p);
+    bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_PARKED) - 1);
+    hak_slab_push(h, s, p);
     if (purge) hak_slab_purge(s, now, 0);
 }
 
@@ -122,7 +122,7 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
     hak_slab_t *s = hak_slab_of(p);
     hak_heap_lock(h);          /* the purger reads the ring classes' slabs */
     if (s->cls < HAK_L2_FIRST) {
-        hak_tiny_free(h, s, p);
+        hak_slab_push(h, s, p);
     } else {
         bool at_once = hak_opt.purge_delay_ms == 0;
         if (!at_once) h->purge_pending += hak_class_block_size[s->cls];

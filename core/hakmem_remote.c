@@ -57,7 +57,7 @@ bool hak_remote_collect(hak_slab_t *s) {
         s->free = list;
         s->used -= n;
         return true;
-    } else if (s->carved - (s->used & ~HAK_SLAB_FULL) < n) {
+    } else if (s->carved - (s->used & ~HAK_SLAB_PARKED) < n) {
         /* The shorter list is walked (Tiny: the free list holds every
          * carved block that is not out), the longer one goes after it. */
         hak_block_t *t = s->free;

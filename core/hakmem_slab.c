@@ -3,7 +3,7 @@
  * Tiny pops slab free lists directly, the ring pools refill from them.
  *
  * A slab is either queued (the owner allocates from it) or parked
- * (HAK_SLAB_FULL in used: no block left, or its SuperSlab is DRAINING).  A
+ * (HAK_SLAB_PARKED in used: no block left, or its SuperSlab is DRAINING).  A
  * parked slab carries HAK_REMOTE_NOTIFY in its remote word so the first
  * remote free into it hands it back to the owner (heap->notify). */
 #include "hakmem_internal.h"
@@ -45,8 +45,8 @@ static void queue_remove(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
     s->next = s->prev = NULL;
 }
 
-static inline bool slab_is_parked(const hak_slab_t *s) { return (s->used & HAK_SLAB_FULL) != 0; }
-static inline uint32_t slab_used(const hak_slab_t *s) { return s->used & ~HAK_SLAB_FULL; }
+static inline bool slab_is_parked(const hak_slab_t *s) { return (s->used & HAK_SLAB_PARKED) != 0; }
+static inline uint32_t slab_used(const hak_slab_t *s) { return s->used & ~HAK_SLAB_PARKED; }
 static inline bool slab_has_room(const hak_slab_t *s) {
     return s->free != NULL || s->carved < s->capacity || s->released != 0;
 }
@@ -279,7 +279,7 @@ static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
         if (!force) return false;
     }
     queue_remove(h, s->cls, s);
-    s->used |= HAK_SLAB_FULL;
+    s->used |= HAK_SLAB_PARKED;
     return true;
 }
 
@@ -287,16 +287,16 @@ static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
  * NOTIFY is already clear and no other notification can be on its way. */
 static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
     if (!notified) hak_remote_disarm(s);
-    s->used &= ~HAK_SLAB_FULL;
+    s->used &= ~HAK_SLAB_PARKED;
     queue_push_tail(h, s->cls, s);
 }
 
-/* Every HAKMEM_BATCH_TIER_SIZE refills of a class, look at the tier of its
- * current slab's SuperSlab: a DRAINING one takes no new allocations, so its
- * slab is parked and the next one serves.  A stale answer lasts at most that
- * many refills and loses nothing: the tier is a hint. */
-static void tier_check(hak_heap_t *h, unsigned cls) {
-    h->tier_countdown[cls] = (uint16_t)hak_opt.batch_tier_size;
+/* Every HAKMEM_BATCH_TIER_SIZE refills of a class, look at the state of
+ * its current slab's SuperSlab: a DRAINING one takes no new allocations, so
+ * its slab is parked and the next one serves.  A stale answer lasts at most
+ * that many refills and loses nothing: the state is a hint here. */
+static void ss_state_check(hak_heap_t *h, unsigned cls) {
+    h->state_countdown[cls] = (uint16_t)hak_opt.batch_tier_size;
     hak_slab_t *s = h->queue_head[cls];
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
@@ -311,7 +311,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
     if (locked) hak_heap_lock(h);
     if (atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL)
         hak_slab_collect_notified(h);
-    if (--h->tier_countdown[cls] == 0) tier_check(h, cls);
+    if (--h->state_countdown[cls] == 0) ss_state_check(h, cls);
     if (hak_opt.stats) hak_stats_refill(cls);
     while (got < n) {
         hak_slab_t *s = h->queue_head[cls];
@@ -354,8 +354,8 @@ static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
 /* Most calls are frees into a parked slab that stays parked (not yet an
  * eighth free): that answer comes first, with nothing to save. */
 void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    uint32_t used = s->used & ~HAK_SLAB_FULL;
-    if ((s->used & HAK_SLAB_FULL) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
+    uint32_t used = s->used & ~HAK_SLAB_PARKED;
+    if ((s->used & HAK_SLAB_PARKED) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
     free_slow_act(h, s);
 }
 

@@ -4,11 +4,11 @@
  * only; the purger and malloc_trim take it to give another heap's free pages
  * back); the cache of empty SuperSlabs shared between threads has its own.
  *
- * Tiers:
+ * States:
  *   HOT       takes new spans.
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
- *             (see tier_check in hakmem_slab.c), so it empties out.  Revived
+ *             (see ss_state_check in hakmem_slab.c), so it empties out.  Revived
  *             to HOT when no HOT SuperSlab has room.
  *   FREE      no span left: in the global cache, its pages as they were
  *             (a heap that needs a SuperSlab soon takes it warm).  A heap
@@ -27,7 +27,7 @@
 #define SS_CACHE_MAX 4     /* empty SuperSlabs kept with nothing resident */
 #define DRAIN_PAGES  8
 
-/* SuperSlabs per tier, for hak_get_info (changed only on tier moves). */
+/* SuperSlabs per state, for hak_get_info (changed only on state moves). */
 _Atomic size_t hak_ss_count[3];
 
 static void ss_set_state(hak_superslab_t *ss, unsigned from, unsigned to) {

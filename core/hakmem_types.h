@@ -79,9 +79,10 @@ typedef struct hak_block { struct hak_block *next; } hak_block_t;
 struct hak_heap;
 struct hak_ring;
 
-/* Set in slab->used while the slab is off its class queue (no free block
- * left), so the free path tests "now empty or was full" with one compare. */
-#define HAK_SLAB_FULL 0x80000000u
+/* Set in slab->used while the slab is parked: off its class queue (no free
+ * block left, or its SuperSlab is DRAINING), so the free path tests "now
+ * empty or parked" with one compare. */
+#define HAK_SLAB_PARKED 0x80000000u
 
 /* The free check's view of a page's slab (box/free_check_box.h): blocks
  * start at the address whose low 32 bits are `start`; a pointer is a block
@@ -99,7 +100,7 @@ typedef struct hak_span_check {
 typedef struct hak_slab {
     hak_block_t     *free;        /* owner-only free list                    */
     uint32_t         used;        /* blocks out (live, in a ring, or remote)
-                                     | HAK_SLAB_FULL                          */
+                                     | HAK_SLAB_PARKED                          */
     uint8_t          tier;        /* hak_tier_t; HAK_TIER_NONE = unused span */
     uint8_t          notify_pending; /* owner-only: a remote thread took the
                                      notification; do not retire until the
@@ -130,7 +131,7 @@ _Static_assert(sizeof(hak_slab_t) == 128, "a slab descriptor is two cache lines"
 _Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
                "the free path's fields share the first line");
 
-/* SuperSlab tiers.  HOT takes new slabs; DRAINING (mostly empty) serves
+/* SuperSlab states.  HOT takes new slabs; DRAINING (mostly empty) serves
  * frees only, so it can empty out; a FREE SuperSlab has no slab left and sits
  * decommitted in the global cache until reused or unmapped. */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
@@ -187,8 +188,8 @@ typedef struct hak_heap {
     /* Written by other threads: a line of its own. */
     _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));
     char             pad_notify[64 - sizeof(void *)];
-    uint16_t         tier_countdown[HAK_NUM_CLASSES]; /* refills to the next
-                                                        tier check, per class */
+    uint16_t         state_countdown[HAK_NUM_CLASSES]; /* refills to the next
+                                                 SuperSlab state check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
     bool             keep_spares;  /* keep an empty slab per class and one

@@ -29,7 +29,7 @@ HAK_INTERNAL extern uintptr_t hak_block_key;
 static inline uintptr_t hak_freed_mark(const void *p) { return hak_block_key ^ (uintptr_t)p; }
 #else
 static inline uintptr_t hak_freed_mark(const void *p) {
-    return hak_page_slab_of(p)->check.mul ^ (uintptr_t)p;
+    return hak_page_desc_of(p)->check.mul ^ (uintptr_t)p;
 }
 #endif
 static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }

@@ -34,7 +34,7 @@ static inline unsigned hak_page_of(const void *p) {
 /* The descriptor of the block's own page: its slab when the slab is one
  * page long (every Tiny slab); inside a longer span, a mirror that holds
  * only the slab's owner, tier and class (enough for a free to the ring). */
-static inline hak_slab_t *hak_page_slab_of(const void *p) {
+static inline hak_slab_t *hak_page_desc_of(const void *p) {
     return &hak_ss_of(p)->slabs[hak_page_of(p)];
 }
 

@@ -37,7 +37,7 @@ HAK_INTERNAL void hak_free_check_fail(void *p) __attribute__((cold));
  * free blocks of a live slab; only the limit changes under them (a carve,
  * which only raises it), so it alone is atomic. */
 static inline bool hak_block_start(const void *p) {
-    const hak_span_check_t *c = &hak_page_slab_of(p)->check;
+    const hak_span_check_t *c = &hak_page_desc_of(p)->check;
     uint32_t off = (uint32_t)(uintptr_t)p - c->start;
     return (uint64_t)off * c->mul < __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
 }

@@ -1,5 +1,6 @@
-/* tiny_box — the Tiny fast paths: pop from / push onto the free list of a
- * slab the calling thread owns.  No atomics, no locks. */
+/* tiny_box — the Tiny fast paths: pop from the free list of a slab the
+ * calling thread owns (a free pushes: box/slab_push_box.h).  No atomics,
+ * no locks. */
 #ifndef HAK_TINY_BOX_H
 #define HAK_TINY_BOX_H
 
@@ -7,6 +8,7 @@
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
 #include "box/profile_box.h"
+#include "box/slab_push_box.h"
 
 static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
@@ -22,26 +24,6 @@ static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     return hak_tiny_alloc_slow(size, h);
 sample:
     return hak_profile_alloc(size);
-}
-
-/* s is owned by the calling thread; p passed the free check. */
-static inline void hak_tiny_free(hak_heap_t *h, hak_slab_t *s, void *p) {
-    hak_block_t *b = (hak_block_t *)p;
-    hak_link_set(b, s->free);
-    s->free = b;
-    /* Slow when the slab just became empty, or was full: with HAK_SLAB_FULL
-     * (the sign bit) set the count reads as a negative int32.  On x86-64 the
-     * decrement and the test are one `subl` on memory and a `jle` on its
-     * flags, which gcc does not produce from C (it loads, subtracts, stores
-     * and tests: three instructions more on every free). */
-#if defined(__x86_64__) && defined(__GNUC__)
-    __asm__ goto("subl $1, %0\n\tjle %l[slow]" : "+m"(s->used) : : "cc" : slow);
-    return;
-slow:
-    hak_slab_free_slow(h, s);
-#else
-    if (hak_unlikely(--*(int32_t *)&s->used <= 0)) hak_slab_free_slow(h, s);
-#endif
 }
 
 #endif

@@ -1,0 +1,31 @@
+/* slab_push_box — a block back onto its slab's free list, by the slab's
+ * owner: the Tiny free fast path, and every block a ring or the 32-byte
+ * cache gives back to its slab.  No atomics, no locks. */
+#ifndef HAK_SLAB_PUSH_BOX_H
+#define HAK_SLAB_PUSH_BOX_H
+
+#include "hakmem_internal.h"
+#include "box/block_link_box.h"
+
+/* p back onto the free list of its slab s, which the calling thread owns;
+ * p passed the free check. */
+static inline void hak_slab_push(hak_heap_t *h, hak_slab_t *s, void *p) {
+    hak_block_t *b = (hak_block_t *)p;
+    hak_link_set(b, s->free);
+    s->free = b;
+    /* Slow when the slab just became empty, or is parked: with HAK_SLAB_PARKED
+     * (the sign bit) set the count reads as a negative int32.  On x86-64 the
+     * decrement and the test are one `subl` on memory and a `jle` on its
+     * flags, which gcc does not produce from C (it loads, subtracts, stores
+     * and tests: three instructions more on every free). */
+#if defined(__x86_64__) && defined(__GNUC__)
+    __asm__ goto("subl $1, %0\n\tjle %l[slow]" : "+m"(s->used) : : "cc" : slow);
+    return;
+slow:
+    hak_slab_free_slow(h, s);
+#else
+    if (hak_unlikely(--*(int32_t *)&s->used <= 0)) hak_slab_free_slow(h, s);
+#endif
+}
+
+#endif
