@@ -20,7 +20,7 @@ bool hak_radix_in_use;
 static uint8_t *radix_top[RADIX_TOP];
 static hak_lock_t radix_lock;
 
-void hak_chunk_map_select(int kind) { hak_radix_in_use = kind != 0; }
+void hak_chunk_map_select(bool radix) { hak_radix_in_use = radix; }
 
 unsigned hak_chunk_kind_radix(const void *p) {
     uintptr_t i = (uintptr_t)p >> HAK_CHUNK_SHIFT;

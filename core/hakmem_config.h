@@ -24,7 +24,6 @@
 #define hak_likely(x)   __builtin_expect(!!(x), 1)
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
 #define HAK_NOINLINE    __attribute__((noinline))
-#define HAK_COLD        __attribute__((cold, noinline))
 /* The functions a sampled allocation passes through inside hakmem (the
  * inline fast paths too, for builds that do not inline them): their own
  * section, so the heap profiler drops their frames from a stack by address
@@ -47,7 +46,6 @@
 #define HAK_PAGE_SHIFT    16                          /* 64 KiB            */
 #define HAK_PAGE_SIZE     ((size_t)1 << HAK_PAGE_SHIFT)
 #define HAK_SS_PAGES      (HAK_CHUNK_SIZE / HAK_PAGE_SIZE)   /* 64         */
-#define HAK_MAX_SPAN      16                          /* pages per slab    */
 
 #define HAK_TINY_MAX      1024
 #define HAK_L2_MAX        (52 * 1024)

@@ -9,14 +9,10 @@
  * (recycled, never unmapped), so a remote free can always reach
  * slab->owner->notify. */
 #include "hakmem_internal.h"
-#include "box/chunk_map_box.h"
-#include "box/pool_ring_box.h"
-#include "box/tiny_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <string.h>
 
 __thread hak_heap_t *hak_tls_heap = &hak_empty_heap;   /* what the fast paths use */
 __thread hak_heap_t *hak_tls_owner;                     /* the thread's own heap   */

@@ -13,7 +13,7 @@
 extern uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
 HAK_INTERNAL extern bool hak_radix_in_use;
 HAK_INTERNAL unsigned hak_chunk_kind_radix(const void *p);
-HAK_INTERNAL void hak_chunk_map_select(int kind);
+HAK_INTERNAL void hak_chunk_map_select(bool radix);
 extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
 extern hak_ring_t hak_empty_ring;

@@ -11,7 +11,6 @@
  * a count on every malloc and free).  The fields are listed in
  * docs/PROFILING.md. */
 #include "hakmem_internal.h"
-#include "hakmem_options.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -158,7 +158,7 @@ void hak_options_init(void) {
             say(line);
         }
     }
-    hak_chunk_map_select(hak_opt.ss_lookup_kind);
+    hak_chunk_map_select(hak_opt.ss_lookup_kind == HAK_LOOKUP_RADIX);
 #ifdef HAK_HARDENED
     /* The 32-byte cache links blocks of different SuperSlabs, which the
      * hardened build's same-chunk link check cannot vouch for. */

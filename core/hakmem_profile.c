@@ -41,8 +41,6 @@
  * handler only sets a flag; the next sampled allocation writes PATH.N). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
-#include "box/chunk_map_box.h"
-#include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"

@@ -12,7 +12,6 @@
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
-#include "box/tiny_box.h"
 
 /* ---- the class queue: slabs that may still hand out blocks -------------- */
 static void queue_push_head(hak_heap_t *h, unsigned cls, hak_slab_t *s) {

@@ -109,7 +109,6 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
                                h->chunk_kind ? h->chunk_kind : HAK_CHUNK_SS);
         if (ss == NULL) return NULL;
     }
-    ss->magic = HAK_SS_MAGIC;
     ss->free_pages = ~(uint64_t)0;
     ss->owner = h;
     atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);

@@ -1,7 +1,6 @@
 /* Tiny tier (<= 1024 B): the fast paths are in box/tiny_box.h; this is the
  * slow path, taken when the class's current slab has no free block. */
 #include "hakmem_internal.h"
-#include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"

@@ -140,7 +140,6 @@ enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 128. */
 typedef struct hak_superslab {
     hak_slab_t            slabs[HAK_SS_PAGES];
-    uint64_t              magic;
     uint64_t              free_pages;     /* bit i: page i is in no span     */
     uint64_t              dirty_pages;    /* free pages not yet decommitted  */
     struct hak_heap      *owner;
@@ -152,7 +151,6 @@ typedef struct hak_superslab {
                                      once it has stayed free for the delay  */
 } hak_superslab_t;
 
-#define HAK_SS_MAGIC 0x68616b53534d656dULL
 /* Tiny slabs on page 0 start here; 1 KiB alignment keeps every power-of-two
  * Tiny class naturally aligned (memalign relies on it). */
 #define HAK_SS_DATA0 ((sizeof(hak_superslab_t) + 1023) & ~(size_t)1023)
@@ -253,7 +251,7 @@ static inline bool hak_slab_purgeable(const hak_slab_t *s) {
     if (s->tier == HAK_TIER_L25) return true;
 #ifdef HAK_HARDENED
     /* The hardened build keeps live L2 slabs whole: its free check then
-     * needs no test for blocks on given-back pages (see hardened_box.h). */
+     * needs no test for blocks on given-back pages (box/block_link_box.h). */
     return false;
 #else
     return s->tier == HAK_TIER_L2 && s->npages == 1;
