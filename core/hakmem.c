@@ -27,6 +27,12 @@ _Atomic size_t hak_large_live;
  * it here: a large block's free is a slow path already, so it needs no
  * memory of its own, only a record. */
 HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
+    /* No object is larger than PTRDIFF_MAX (a difference of two pointers
+     * into it must fit): such a request fails before anything is mapped. */
+    if (size > (size_t)PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
     bool sample = hak_unlikely(hak_profile_on) && hak_profile_large_due(size);
     void *p = hak_large_alloc(size, align, zero);
     if (p == NULL) return NULL;
@@ -37,10 +43,6 @@ HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
 }
 
 HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
-    if (size > (size_t)PTRDIFF_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
     return large_alloc(size, 0, false);
 }
 
@@ -58,7 +60,7 @@ HAK_ALLOC_PATH void *hak_malloc(size_t size) {
 
 HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
     size_t total;
-    if (__builtin_mul_overflow(n, size, &total) || total > (size_t)PTRDIFF_MAX) {
+    if (__builtin_mul_overflow(n, size, &total)) {
         errno = ENOMEM;
         return NULL;
     }
@@ -72,10 +74,6 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
  * request up to 1 MiB takes the class of the next power of two. */
 HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
     if (align <= 16) return hak_malloc(size);
-    if (size > (size_t)PTRDIFF_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
     size_t need = size > align ? size : align;
     if (need <= HAK_L25_MAX) {
         size_t pow2 = need <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(need - 1));
@@ -121,12 +119,12 @@ HAK_ALLOC_PATH void *hak_memalign(size_t align, size_t size) {
 HAK_ALLOC_PATH void *hak_valloc(size_t size) { return alloc_aligned(hak_os_page_size(), size); }
 
 HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
-    size_t ps = hak_os_page_size();
-    if (size > (size_t)PTRDIFF_MAX) {
+    size_t ps = hak_os_page_size(), rounded;
+    if (__builtin_add_overflow(size, ps - 1, &rounded)) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t rounded = size == 0 ? ps : (size + ps - 1) & ~(ps - 1);
+    rounded = size == 0 ? ps : rounded & ~(ps - 1);
     return alloc_aligned(ps, rounded);
 }
 

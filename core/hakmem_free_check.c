@@ -42,7 +42,7 @@ void hak_span_check_sync(const hak_slab_t *s, bool carved_only) {
     hak_span_check_t c = { 0, 0, 0 };
     if (s->tier != HAK_TIER_NONE) {
         uint32_t bs = hak_class_block_size[s->cls];
-        uintptr_t first = (uintptr_t)ss + (idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT);
+        uintptr_t first = (uintptr_t)ss + hak_slab_data_offset(idx);
         c.mul = span_mul(bs);
         c.start = (uint32_t)first;
         c.limit = (uint64_t)s->carved * (uint64_t)(bs * c.mul);

@@ -9,6 +9,9 @@
  * (recycled, never unmapped), so a remote free can always reach
  * slab->owner->notify. */
 #include "hakmem_internal.h"
+#include "box/pool_ring_box.h"
+#include "box/size_class_box.h"
+#include "box/tiny_box.h"
 #include "hakmem_options.h"
 
 #include <errno.h>
@@ -146,6 +149,25 @@ hak_heap_t *hak_heap_for_thread(void) {
     hak_slab_collect_notified(h);
     hak_slab_unpark_all(h);      /* an adopted heap's slabs serve again */
     return h;
+}
+
+/* The empty heap's slow path, for both Tiny and the ring pools: a thread's
+ * first allocation, or with HAKMEM_STATS every one, counted here. */
+HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
+    hak_heap_t *h = hak_heap_for_thread();
+    if (h == NULL) return hak_alloc_without_heap(size);
+    unsigned cls;
+    void *p;
+    if (size <= HAK_TINY_MAX) {
+        cls = hak_tiny_class(size);
+        if (cls == HAK_C2_CLASS) cls = HAK_C2_REAL_CLASS;
+        p = hak_tiny_alloc(h, size);
+    } else {
+        cls = hak_mid_class(size);
+        p = hak_pool_alloc(h, cls, size);
+    }
+    if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
+    return p;
 }
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {

@@ -32,13 +32,7 @@ static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
 
 HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r) {
     unsigned cls = hak_mid_class(size);
-    if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
-        h = hak_heap_for_thread();
-        if (h == NULL) return hak_alloc_without_heap(size);
-        void *p = hak_pool_alloc(h, cls, size);
-        if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
-        return p;
-    }
+    if (h == &hak_empty_heap) return hak_heap_first_alloc(size);
     /* The fast path's countdown happens only when it has a block. */
     if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
     if (r == &hak_empty_ring) r = ring_open(h, cls);

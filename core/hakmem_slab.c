@@ -71,7 +71,7 @@ static inline bool heap_abandoned(const hak_heap_t *h) {
 /* Address of the slab's first block: page 0 starts after the header. */
 static inline char *slab_start(const hak_slab_t *s) {
     unsigned idx = (unsigned)(s - hak_ss_of(s)->slabs);
-    return (char *)hak_ss_of(s) + (idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT);
+    return (char *)hak_ss_of(s) + hak_slab_data_offset(idx);
 }
 
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
@@ -80,7 +80,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);
-    size_t start = idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT;
+    size_t start = hak_slab_data_offset(idx);
     size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
     s->free = NULL;
     s->used = 0;

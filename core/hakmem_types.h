@@ -155,6 +155,12 @@ typedef struct hak_superslab {
  * Tiny class naturally aligned (memalign relies on it). */
 #define HAK_SS_DATA0 ((sizeof(hak_superslab_t) + 1023) & ~(size_t)1023)
 
+/* Where the first block of the slab whose span starts at page idx lies,
+ * from the SuperSlab's base: page 0 starts after the header. */
+static inline size_t hak_slab_data_offset(unsigned idx) {
+    return idx == 0 ? HAK_SS_DATA0 : (size_t)idx << HAK_PAGE_SHIFT;
+}
+
 /* ---- per-thread heap ------------------------------------------------------ */
 struct hak_ring {
     uint32_t count;
