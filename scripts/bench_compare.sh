@@ -148,22 +148,8 @@ trap 'echo; say "interrupted"; exit 130' INT TERM
 # ---------------------------------------------------------------- packages
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
-APT_UPDATED=0
-apt_install() {   # apt_install PKG... ; best effort, quiet; returns apt's status
-    command -v apt-get >/dev/null 2>&1 || return 1
-    local sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || return 1
-        sudo=(sudo -n)
-    fi
-    say "installing $* (apt-get)"
-    if [ $APT_UPDATED = 0 ]; then
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1
-        APT_UPDATED=1
-    fi
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
-        >/dev/null 2>&1
-}
+APT_WHO=$PROG
+. "$REPO/scripts/apt.sh"
 
 # ---------------------------------------------------------------- allocators
 # name -> Debian package and the soname to preload

@@ -38,22 +38,8 @@ esac
 export DEBIAN_FRONTEND=noninteractive
 
 # ---- toolchain ------------------------------------------------------------
-SUDO=()
-[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO=(sudo -n env DEBIAN_FRONTEND=noninteractive)
-APT_UPDATED=0
-apt_install() {
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "run_fuzz: apt-get not found; please install: $*" >&2
-    return 1
-  fi
-  if [ "$APT_UPDATED" = 0 ]; then
-    echo "run_fuzz: apt-get update" >&2
-    "${SUDO[@]}" apt-get update -q >/dev/null || echo "run_fuzz: warning: apt-get update failed" >&2
-    APT_UPDATED=1
-  fi
-  echo "run_fuzz: installing $*" >&2
-  "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null
-}
+APT_WHO=run_fuzz
+. scripts/apt.sh
 
 find_clang() {
   CLANG="${FUZZ_CC:-}"

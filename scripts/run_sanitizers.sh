@@ -54,18 +54,8 @@ if ! printf '#include <stdarg.h>\n#include <stddef.h>\n#include <setjmp.h>\n#inc
   scripts/install_deps.sh test || { echo "run_sanitizers: cannot install the test dependencies" >&2; exit 1; }
 fi
 
-SUDO=()
-[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO=(sudo -n env DEBIAN_FRONTEND=noninteractive)
-APT_UPDATED=0
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || return 1
-  if [ "$APT_UPDATED" = 0 ]; then
-    "${SUDO[@]}" apt-get update -q >/dev/null || echo "run_sanitizers: warning: apt-get update failed" >&2
-    APT_UPDATED=1
-  fi
-  echo "run_sanitizers: installing $*" >&2
-  "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@" >/dev/null
-}
+APT_WHO=run_sanitizers
+. scripts/apt.sh
 
 # The sanitizer of a kind: ubsan-hardened is ubsan on the hardened flavour.
 san_of() { echo "${1%-hardened}"; }
