@@ -1,4 +1,5 @@
-/* Thread heaps: creation, remote frees, thread exit and adoption, fork.
+/* Thread heaps: creation, thread exit and adoption, abandoned heaps, and
+ * their side of fork.
  *
  * A heap is created (or adopted) on a thread's first allocation, found
  * through hak_tls_heap, and abandoned when the thread exits: its rings are
@@ -35,9 +36,6 @@ static hak_heap_t *heaps_abandoned;    /* adopted from the head, swept */
 static hak_heap_t *heaps_abandoned_tail; /* round-robin via the tail    */
 static pthread_key_t heap_key;
 static bool heap_key_ready;
-
-_Atomic int hak_initialized;
-static hak_lock_t init_lock;
 
 /* Collect every remote free in the heap's slabs; empty slabs and
  * SuperSlabs go back to their SuperSlabs and the cache (their pages stay
@@ -151,11 +149,9 @@ hak_heap_t *hak_heap_for_thread(void) {
     return h;
 }
 
-/* The empty heap's slow path, for both Tiny and the ring pools: a thread's
- * first allocation, or with HAKMEM_STATS every one, counted here. */
-HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
-    hak_heap_t *h = hak_heap_for_thread();
-    if (h == NULL) return hak_alloc_without_heap(size);
+/* A Tiny or pool allocation from heap h, counted for HAKMEM_STATS (whose
+ * fast paths see only the empty heap). */
+HAK_ALLOC_PATH static void *heap_alloc_counted(hak_heap_t *h, size_t size) {
     unsigned cls;
     void *p;
     if (size <= HAK_TINY_MAX) {
@@ -168,6 +164,14 @@ HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
     }
     if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
     return p;
+}
+
+/* The empty heap's slow path, for both Tiny and the ring pools: a thread's
+ * first allocation, or with HAKMEM_STATS every one. */
+HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
+    hak_heap_t *h = hak_heap_for_thread();
+    if (h == NULL) return hak_alloc_without_heap(size);
+    return heap_alloc_counted(h, size);
 }
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
@@ -302,7 +306,7 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
         hak_tls_owner = h;
         if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted in the slow path */
         h->keep_spares = true;
-        p = hak_malloc(size);
+        p = heap_alloc_counted(h, size);
         heap_park(h);
         hak_tls_heap = &hak_empty_heap;
         hak_tls_owner = NULL;
@@ -313,82 +317,26 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     return p;
 }
 
-/* ---- fork -------------------------------------------------------------------
- * The locks are held across fork() so the child never sees one half-taken.
- * In the child only the forking thread lives.  The other threads' heaps may
+/* ---- start-up and fork (the handlers: hakmem_init.c) -------------------------- */
+void hak_heap_init(void) {
+    heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
+}
+
+void hak_heap_fork_lock(void)   { hak_lock(&heap_lock); }
+void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
+
+/* In the child only the forking thread lives.  The other threads' heaps may
  * have been caught half-way through an update (their owners take no lock),
  * so the child never adopts them: they stay orphaned, their blocks still
- * freeable (onto the orphan's remote list), their memory not reused. */
-/* In the order the allocator itself nests them: a metadata mapping that
- * fails makes room (hakmem_chunk_map.c) with radix_lock and meta_lock held, which
- * takes the cache locks inside them.  Then the forking thread passes every
- * lock (hak_tls_fork_locked) until our parent or child handler: another
- * library's prepare handler registered before ours runs after it, and one
- * that allocates must not wait for a lock its own thread holds. */
-static void fork_prepare(void) {
-    hak_profile_fork_prepare();     /* a stack walk holds no other lock */
-    hak_purge_fork_prepare();
-    hak_lock(&heap_lock);
-    hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
-    hak_chunk_map_lock_all();
-    hak_ss_lock_all();
-    hak_large_lock_all();
-#ifdef HAK_HARDENED
-    hak_hardened_lock_all();
-#endif
-    hak_tls_fork_locked = true;
-}
-
-/* All but heap_lock, in the reverse order. */
-static void fork_unlock_inner(void) {
-    hak_tls_fork_locked = false;
-#ifdef HAK_HARDENED
-    hak_hardened_unlock_all();
-#endif
-    hak_large_unlock_all();
-    hak_ss_unlock_all();
-    hak_chunk_map_unlock_all();
-    hak_profile_unlock_all();
-}
-
-static void fork_parent(void) {
-    fork_unlock_inner();
-    hak_unlock(&heap_lock);
-    hak_purge_fork_parent();
-    hak_profile_fork_parent();
-}
-
-static void fork_child(void) {
-    fork_unlock_inner();
-    hak_profile_fork_child();
-    /* Only the forking thread's heap, those on the abandoned list and the
-     * profiler's (its lock was held) are known to be whole (a heap
-     * housekeeping had taken off the list may be half swept, its lock held). */
+ * freeable (onto the orphan's remote list), their memory not reused.  Only
+ * the forking thread's heap, those on the abandoned list and the profiler's
+ * (its lock was held) are known to be whole (a heap housekeeping had taken
+ * off the list may be half swept, its lock held).  Lets heap_lock go. */
+void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
         if (h != hak_tls_owner && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;
     __atomic_store_n(&active_count, hak_tls_owner != NULL, __ATOMIC_RELAXED);
     hak_unlock(&heap_lock);
-    hak_purge_fork_child();
 }
-
-/* ---- process start-up -------------------------------------------------------
- * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
- * hak_initialized is set. */
-void hak_init(void) {
-    hak_lock(&init_lock);
-    if (atomic_load_explicit(&hak_initialized, memory_order_relaxed)) {
-        hak_unlock(&init_lock);
-        return;
-    }
-    hak_chunk_map_on_refusal(hak_make_room);
-    hak_options_init();
-    hak_free_check_init();
-    heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
-    atomic_store_explicit(&hak_initialized, 1, memory_order_release);
-    hak_unlock(&init_lock);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-__attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }

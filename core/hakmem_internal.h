@@ -20,7 +20,7 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-/* init and options */
+/* start-up (hakmem_init.c) */
 HAK_INTERNAL void hak_init(void);
 HAK_INTERNAL extern _Atomic int hak_initialized;
 static inline void hak_ensure_init(void) {
@@ -185,6 +185,10 @@ HAK_INTERNAL void  hak_profile_fork_child(void);
 
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
+HAK_INTERNAL void hak_heap_init(void);
+HAK_INTERNAL void hak_heap_fork_lock(void);
+HAK_INTERNAL void hak_heap_fork_unlock(void);
+HAK_INTERNAL void hak_heap_fork_child(void);
 HAK_INTERNAL void *hak_heap_first_alloc(size_t size);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */

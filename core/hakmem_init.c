@@ -1,0 +1,80 @@
+/* Start-up and fork: the wiring of every layer, so it lives above them all.
+ * Start-up is lazy (hak_ensure_init, from the first call that needs it, or
+ * the constructor below); the fork handlers hold every hakmem lock across
+ * fork(). */
+#include "hakmem_internal.h"
+#include "hakmem_options.h"
+
+#include <pthread.h>
+
+_Atomic int hak_initialized;
+static hak_lock_t init_lock;
+
+/* ---- fork -------------------------------------------------------------------
+ * Every lock is held across fork() so the child never sees one half-taken
+ * (what the child does with the heaps: hak_heap_fork_child). */
+/* In the order the allocator itself nests them: a metadata mapping that
+ * fails makes room (hakmem_chunk_map.c) with radix_lock and meta_lock held, which
+ * takes the cache locks inside them.  Then the forking thread passes every
+ * lock (hak_tls_fork_locked) until our parent or child handler: another
+ * library's prepare handler registered before ours runs after it, and one
+ * that allocates must not wait for a lock its own thread holds. */
+static void fork_prepare(void) {
+    hak_profile_fork_prepare();     /* a stack walk holds no other lock */
+    hak_purge_fork_prepare();
+    hak_heap_fork_lock();
+    hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
+    hak_chunk_map_lock_all();
+    hak_ss_lock_all();
+    hak_large_lock_all();
+#ifdef HAK_HARDENED
+    hak_hardened_lock_all();
+#endif
+    hak_tls_fork_locked = true;
+}
+
+/* All but heap_lock, in the reverse order. */
+static void fork_unlock_inner(void) {
+    hak_tls_fork_locked = false;
+#ifdef HAK_HARDENED
+    hak_hardened_unlock_all();
+#endif
+    hak_large_unlock_all();
+    hak_ss_unlock_all();
+    hak_chunk_map_unlock_all();
+    hak_profile_unlock_all();
+}
+
+static void fork_parent(void) {
+    fork_unlock_inner();
+    hak_heap_fork_unlock();
+    hak_purge_fork_parent();
+    hak_profile_fork_parent();
+}
+
+static void fork_child(void) {
+    fork_unlock_inner();
+    hak_profile_fork_child();
+    hak_heap_fork_child();
+    hak_purge_fork_child();
+}
+
+/* ---- process start-up -------------------------------------------------------
+ * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
+ * hak_initialized is set. */
+void hak_init(void) {
+    hak_lock(&init_lock);
+    if (atomic_load_explicit(&hak_initialized, memory_order_relaxed)) {
+        hak_unlock(&init_lock);
+        return;
+    }
+    hak_chunk_map_on_refusal(hak_make_room);
+    hak_options_init();
+    hak_free_check_init();
+    hak_heap_init();
+    atomic_store_explicit(&hak_initialized, 1, memory_order_release);
+    hak_unlock(&init_lock);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }
