@@ -70,6 +70,10 @@ void hak_init(void) {
     }
     hak_chunk_map_on_refusal(hak_make_room);
     hak_options_init();
+    /* the settings the layers take before anything is mapped */
+    hak_chunk_map_select(hak_opt.ss_lookup_kind == HAK_LOOKUP_RADIX);
+    if (hak_opt.tiny_c2_cache) hak_c2_enable();
+    hak_profile_init();
     hak_free_check_init();
     hak_heap_init();
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);

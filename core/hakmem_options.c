@@ -158,7 +158,6 @@ void hak_options_init(void) {
             say(line);
         }
     }
-    hak_chunk_map_select(hak_opt.ss_lookup_kind == HAK_LOOKUP_RADIX);
 #ifdef HAK_HARDENED
     /* The 32-byte cache links blocks of different SuperSlabs, which the
      * hardened build's same-chunk link check cannot vouch for. */
@@ -167,8 +166,6 @@ void hak_options_init(void) {
         hak_opt.tiny_c2_cache = 0;
     }
 #endif
-    if (hak_opt.tiny_c2_cache) hak_c2_enable();
-    hak_profile_init();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];
