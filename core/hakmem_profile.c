@@ -548,12 +548,20 @@ void hak_profile_large_free(void *p) {
     hak_unlock(&prof_lock);
 }
 
-/* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check. */
+/* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check.
+ * The purger, if the return stamped enough, is started once prof_lock has
+ * gone: starting a thread allocates, and that allocation may be sampled
+ * (which takes prof_lock). */
 void hak_profile_free(void *p) {
     hak_lock(&prof_lock);
     forget_locked(p);
+    hak_heap_lock(prof_heap);             /* so the return's unlock kicks nothing */
     hak_pool_return_block(prof_heap, p);  /* back to its slab; empty slabs retire */
+    bool kick = prof_heap->purge_pending >= HAK_PURGE_KICK_MIN;
+    if (kick) prof_heap->purge_pending = 0;
+    hak_heap_unlock(prof_heap);
     hak_unlock(&prof_lock);
+    if (kick) hak_purge_kick();
 }
 
 /* A large realloc moved or resized a block. */
