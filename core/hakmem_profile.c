@@ -251,6 +251,20 @@ typedef struct prof_rec {
 } prof_rec_t;
 
 static hak_lock_t prof_lock;          /* everything below              */
+/* Set while this thread holds prof_lock: what it allocates meanwhile (a
+ * purger's thread stack when a heap's unlock starts one, say) is not
+ * sampled, which would take prof_lock again. */
+static __thread bool tls_prof_locked;
+
+static void prof_lock_take(void) {
+    hak_lock(&prof_lock);
+    tls_prof_locked = true;
+}
+
+static void prof_lock_drop(void) {
+    tls_prof_locked = false;
+    hak_unlock(&prof_lock);
+}
 static prof_stack_t **stack_idx;      /* open addressing, by hash      */
 static size_t stack_idx_cap, stack_count;
 static prof_stack_t *stack_all;
@@ -476,7 +490,7 @@ static inline __attribute__((always_inline)) void *sample_block(size_t size, voi
     if (ph == NULL) return NULL;
     unsigned cls = (unsigned)hak_size_class(size);
     void *p = NULL;
-    hak_lock(&prof_lock);
+    prof_lock_take();
     prof_rec_t *r = record_begin(size, pc, n);
     if (r != NULL) {
         if (hak_class_take(ph, cls, &p, 1) == 1) {
@@ -486,7 +500,7 @@ static inline __attribute__((always_inline)) void *sample_block(size_t size, voi
             rec_release(r);
         }
     }
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return p;
 }
 
@@ -504,7 +518,7 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
         left = draw_distance(h);
         /* Not in a heap borrowed under heap_lock (hak_alloc_without_heap):
          * prof_lock and a dump's wait for the loader's lock come after it. */
-        if (hak_heap_state(h) == HAK_HEAP_ACTIVE) {
+        if (hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked) {
             if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
                 dump_on_signal();
             p = sample_block(size, __builtin_return_address(0));
@@ -524,7 +538,7 @@ bool hak_profile_large_due(size_t size) {
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
     h->sample_left = draw_distance(h);
-    return hak_heap_state(h) == HAK_HEAP_ACTIVE;
+    return hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked;
 }
 
 /* A sampled large block: its own mapping already; only a record. */
@@ -536,10 +550,10 @@ HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
         dump_on_signal();
     uintptr_t pc[PROF_MAX_FRAMES];
     int n = take_stack(pc, __builtin_return_address(0));
-    hak_lock(&prof_lock);
+    prof_lock_take();
     prof_rec_t *r = record_begin(size, pc, n);
     if (r != NULL) record_end(r, p);
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     h->sample_left = left;
 }
 
@@ -550,22 +564,22 @@ static void forget_locked(const void *p) {
 }
 
 void hak_profile_large_free(void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     forget_locked(p);
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 /* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check. */
 void hak_profile_free(void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     forget_locked(p);
     hak_pool_return_block(prof_heap, p);  /* back to its slab; empty slabs retire */
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 /* A large realloc moved or resized a block. */
 void hak_profile_moved(void *from, void *to, size_t size) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t i = rec_find(from);
     if (i != SIZE_MAX) {
         prof_rec_t *r = rec_remove_at(i);
@@ -573,22 +587,22 @@ void hak_profile_moved(void *from, void *to, size_t size) {
         r->size = size;
         rec_put(r);         /* one entry just left: room */
     }
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 bool hak_profile_has_record(const void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     bool found = rec_find(p) != SIZE_MAX;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return found;
 }
 
 /* realloc kept a sampled block for a new size. */
 void hak_profile_resized(void *p, size_t size) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t i = rec_find(p);
     if (i != SIZE_MAX) rec_idx[i]->size = size;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 /* ---- dumps ----------------------------------------------------------------------- */
@@ -607,12 +621,12 @@ typedef struct {
 
 static bool snapshot_take(snapshot_t *sn) {
     memset(sn, 0, sizeof *sn);
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t len = rec_count * sizeof(snap_rec_t) + stack_count * sizeof(snap_stack_t) + 4096;
     len = (len + 4095) & ~(size_t)4095;
     char *m = map_zeroed(len);
     if (m == NULL) {
-        hak_unlock(&prof_lock);
+        prof_lock_drop();
         return false;
     }
     sn->map = m;
@@ -627,7 +641,7 @@ static bool snapshot_take(snapshot_t *sn) {
     for (prof_stack_t *s = stack_all; s != NULL; s = s->all_next)
         sn->stk[sn->nstk++] = (snap_stack_t){ s, s->alloc_count, s->alloc_bytes };
     sn->dropped = dropped;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return true;
 }
 
