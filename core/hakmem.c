@@ -26,13 +26,23 @@ static size_t page_size(void) {
 }
 
 /* ---- allocation ------------------------------------------------------------- */
-static void *large_alloc(size_t size, size_t align, bool zero) {
+/* Live large blocks, for mallinfo2 (hblks): the large tier is a slow path. */
+_Atomic size_t hak_large_live;
+
+/* Every large block, whatever the entry point.  The heap profiler samples
+ * it here: a large block's free is a slow path already, so it needs no
+ * memory of its own, only a record. */
+HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
+    bool sample = hak_unlikely(hak_profile_on) && hak_profile_large_due(size);
     void *p = hak_large_alloc(size, align, zero);
-    if (hak_opt.stats && p != NULL) hak_stats_alloc(HAK_NUM_CLASSES, hak_large_usable(p));
+    if (p == NULL) return NULL;
+    atomic_fetch_add_explicit(&hak_large_live, 1, memory_order_relaxed);
+    if (hak_opt.stats) hak_stats_alloc(HAK_NUM_CLASSES, hak_large_usable(p));
+    if (sample) hak_profile_large_sampled(p, size);
     return p;
 }
 
-static HAK_NOINLINE void *alloc_large(size_t size) {
+HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
@@ -41,18 +51,18 @@ static HAK_NOINLINE void *alloc_large(size_t size) {
 }
 
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
-static HAK_NOINLINE void *alloc_mid_or_large(hak_heap_t *h, size_t size) {
-    if (hak_likely(size <= HAK_L25_MAX)) return hak_pool_alloc(h, hak_mid_class(size));
+HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
+    if (hak_likely(size <= HAK_L25_MAX)) return hak_pool_alloc(h, hak_mid_class(size), size);
     return alloc_large(size);
 }
 
-void *hak_malloc(size_t size) {
+HAK_ALLOC_PATH void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
-    return alloc_mid_or_large(h, size);
+    return alloc_mid_or_large(size, h);
 }
 
-void *hak_calloc(size_t n, size_t size) {
+HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total) || total > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
@@ -66,7 +76,7 @@ void *hak_calloc(size_t n, size_t size) {
 
 /* Blocks of a power-of-two class are aligned to their size, so an aligned
  * request up to 1 MiB takes the class of the next power of two. */
-static void *alloc_aligned(size_t align, size_t size) {
+HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
     if (align <= 16) return hak_malloc(size);
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
@@ -82,7 +92,7 @@ static void *alloc_aligned(size_t align, size_t size) {
     return large_alloc(size, align, false);
 }
 
-int hak_posix_memalign(void **out, size_t align, size_t size) {
+HAK_ALLOC_PATH int hak_posix_memalign(void **out, size_t align, size_t size) {
     if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
     int saved = errno;
     void *p = alloc_aligned(align, size);
@@ -94,7 +104,7 @@ int hak_posix_memalign(void **out, size_t align, size_t size) {
     return 0;
 }
 
-void *hak_aligned_alloc(size_t align, size_t size) {
+HAK_ALLOC_PATH void *hak_aligned_alloc(size_t align, size_t size) {
     if (align == 0 || (align & (align - 1)) != 0) {
         errno = EINVAL;
         return NULL;
@@ -102,7 +112,7 @@ void *hak_aligned_alloc(size_t align, size_t size) {
     return alloc_aligned(align, size);
 }
 
-void *hak_memalign(size_t align, size_t size) {
+HAK_ALLOC_PATH void *hak_memalign(size_t align, size_t size) {
     /* glibc: a non-power-of-two alignment is rounded up. */
     if (align & (align - 1)) {
         if (align > ((size_t)1 << 62)) {
@@ -114,9 +124,9 @@ void *hak_memalign(size_t align, size_t size) {
     return alloc_aligned(align, size);
 }
 
-void *hak_valloc(size_t size) { return alloc_aligned(page_size(), size); }
+HAK_ALLOC_PATH void *hak_valloc(size_t size) { return alloc_aligned(page_size(), size); }
 
-void *hak_pvalloc(size_t size) {
+HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
     size_t ps = page_size();
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
@@ -127,8 +137,8 @@ void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
-/* Multi-page slabs, other threads' blocks, large blocks, foreign pointers,
- * junk, and (HAKMEM_STATS=1) everything. */
+/* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
+ * profiler sampled, foreign pointers, junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
@@ -139,10 +149,24 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         }
     }
     if (kind == HAK_CHUNK_DEAD) hak_fatal("free(): block already given back to the OS", p);
+    if (kind == HAK_CHUNK_PROF) {
+        if (!hak_free_check(p)) {
+            hak_free_check_fail(p);
+            return;
+        }
+        if (hak_opt.stats) {
+            unsigned cls = hak_slab_of(p)->cls;
+            hak_stats_free(cls, hak_class_block_size[cls], false);
+        }
+        hak_profile_free(p);
+        return;
+    }
     if (kind == HAK_CHUNK_LARGE) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
-        hak_large_free(p);
+        if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
+        hak_large_free(p);     /* stops on an invalid pointer */
+        atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
         return;
     }
     if (kind == HAK_CHUNK_SS) {
@@ -183,7 +207,8 @@ static size_t (*libc_usable_size)(void *);
 
 size_t hak_usable_size(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS) return hak_block_start(p) ? hak_class_block_size[hak_slab_of(p)->cls] : 0;
+    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF)
+        return hak_block_start(p) ? hak_class_block_size[hak_slab_of(p)->cls] : 0;
     if (kind == HAK_CHUNK_LARGE) return hak_large_valid(p) ? hak_large_usable(p) : 0;
     if (kind == HAK_CHUNK_DEAD) hak_fatal("malloc_usable_size(): block already given back to the OS", p);
     if (p == NULL) return 0;
@@ -195,12 +220,12 @@ size_t hak_usable_size(const void *p) {
     return fn ? fn((void *)p) : 0;
 }
 
-void *hak_realloc(void *p, size_t size) {
+HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     if (p == NULL) return hak_malloc(size);
     unsigned kind = hak_chunk_kind(p);
     if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
     if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
-    if (kind == HAK_CHUNK_SS && !hak_block_live(p))
+    if ((kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) && !hak_block_live(p))
         hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
@@ -215,10 +240,15 @@ void *hak_realloc(void *p, size_t size) {
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         void *q = hak_large_realloc(p, size);
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
+        if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
         return q;
     }
     /* Keep the block when the new size still fits and wastes < half of it. */
-    if (size <= old && size > old / 2) return p;
+    if (size <= old && size > old / 2) {
+        if (hak_unlikely(hak_profile_on) && (kind == HAK_CHUNK_LARGE || kind == HAK_CHUNK_PROF))
+            hak_profile_resized(p, size);     /* a sampled block keeps its record */
+        return p;
+    }
     void *q = hak_malloc(size);
     if (q == NULL) return NULL;
     memcpy(q, p, size < old ? size : old);
@@ -226,7 +256,7 @@ void *hak_realloc(void *p, size_t size) {
     return q;
 }
 
-void *hak_reallocarray(void *p, size_t n, size_t size) {
+HAK_ALLOC_PATH void *hak_reallocarray(void *p, size_t n, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) {
         errno = ENOMEM;
@@ -238,7 +268,7 @@ void *hak_reallocarray(void *p, size_t n, size_t size) {
 /* ---- introspection and maintenance ------------------------------------------------- */
 hak_tier_t hak_tier_of(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS) {
+    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) {
         unsigned t = hak_slab_of(p)->tier;
         return t == HAK_TIER_TINY_C2 ? HAK_TIER_TINY : (hak_tier_t)t;
     }
@@ -259,6 +289,12 @@ void hak_get_info(hak_info_t *info) {
     info->purge_delay_ms = (size_t)hak_opt.purge_delay_ms;
 }
 
+int hak_profile_sampled(const void *p) {
+    unsigned kind = hak_chunk_kind(p);
+    if (kind == HAK_CHUNK_PROF) return hak_block_live(p);
+    return kind == HAK_CHUNK_LARGE && hak_profile_on && hak_large_valid(p) && hak_profile_has_record(p);
+}
+
 /* glibc's pad (memory to keep at the top of the heap) has no meaning here:
  * everything free goes back, from every thread's heap (hakmem_purge.c). */
 int hak_trim(size_t pad) {
@@ -272,6 +308,13 @@ int hak_trim(size_t pad) {
 #ifndef HAK_NO_INTERPOSE
 #define HAK_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
 
+/* glibc's introspection calls live in hakmem_mallinfo.c; an alias needs its
+ * target in this file, so these jump there. */
+static struct mallinfo2 fwd_mallinfo2(void) { return hak_mallinfo2(); }
+static struct mallinfo fwd_mallinfo(void) { return hak_mallinfo(); }
+static void fwd_malloc_stats(void) { hak_malloc_stats(); }
+static int fwd_malloc_info(int options, FILE *out) { return hak_malloc_info(options, out); }
+
 void  *malloc(size_t size) HAK_ALIAS(hak_malloc);
 void   free(void *p) HAK_ALIAS(hak_free);
 void  *calloc(size_t n, size_t size) HAK_ALIAS(hak_calloc);
@@ -284,4 +327,8 @@ void  *valloc(size_t size) HAK_ALIAS(hak_valloc);
 void  *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
 size_t malloc_usable_size(void *p) HAK_ALIAS(hak_usable_size);
 int    malloc_trim(size_t pad) HAK_ALIAS(hak_trim);
+struct mallinfo2 mallinfo2(void) HAK_ALIAS(fwd_mallinfo2);
+struct mallinfo  mallinfo(void) HAK_ALIAS(fwd_mallinfo);
+void   malloc_stats(void) HAK_ALIAS(fwd_malloc_stats);
+int    malloc_info(int options, FILE *out) HAK_ALIAS(fwd_malloc_info);
 #endif /* HAK_NO_INTERPOSE */

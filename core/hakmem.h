@@ -7,6 +7,7 @@
 #ifndef HAKMEM_H
 #define HAKMEM_H
 
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -82,6 +83,27 @@ HAK_API void hak_get_info(hak_info_t *info);
  * HAKMEM_STATS=1), bytes in use at peak, SuperSlabs by tier and memory
  * given back to the OS. */
 HAK_API void hak_stats_print(FILE *out);
+
+/* glibc's introspection calls, answered with hakmem's figures (the libc
+ * names mallinfo2, mallinfo, malloc_stats and malloc_info are these;
+ * docs/PROFILING.md says what each field holds). */
+HAK_API struct mallinfo2 hak_mallinfo2(void);
+HAK_API struct mallinfo  hak_mallinfo(void);
+HAK_API void hak_malloc_stats(void);
+HAK_API int  hak_malloc_info(int options, FILE *out);
+
+/* ---- Heap profiler (HAKMEM_PROFILE=path; docs/PROFILING.md) ------------ */
+
+/* Write the live-heap profile now: the gperftools heap-profile text to
+ * `path` and the folded stacks to `path`.folded (%p in path becomes the pid;
+ * NULL: the HAKMEM_PROFILE path).  0, or -1 with errno (ENOTSUP: profiling
+ * is off; the error of open or write). */
+HAK_API int hak_profile_dump(const char *path);
+
+/* 1 if p is a live block the heap profiler sampled, else 0.  (Up to 1 MiB
+ * a sampled block comes from the profiler's own heap, an ordinary block in
+ * every other respect; a large one keeps its own mapping.) */
+HAK_API int hak_profile_sampled(const void *p);
 
 #ifdef __cplusplus
 }

@@ -170,13 +170,27 @@ hak_heap_t *hak_heap_for_thread(void) {
     return h;
 }
 
+hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
+    hak_ensure_init();
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heap_new();
+    hak_unlock(&heap_lock);
+    if (h == NULL) return NULL;
+    h->chunk_kind = chunk_kind;
+    h->keep_spares = true;    /* a spare SuperSlab and slab per class, as any heap */
+    h->sample_left = INT64_MAX;
+    h->prof_ready = true;
+    return h;
+}
+
 /* From the slow path every 256 refills: while threads have exited and left
  * heaps behind, take one at a time and collect its remote frees, so that
  * its empty slabs and SuperSlabs serve the running threads (through the
  * SuperSlab cache, warm) rather than wait for a new thread to adopt it.
  * Where the purger cannot run, this is also when due memory goes back. */
 void hak_heap_housekeeping(hak_heap_t *h) {
-    (void)h;
+    /* not from the profiler's heap: its lock may not wait for heap_lock */
+    if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
     hak_purge_inline();
     if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return;
     if (!hak_trylock(&heap_lock)) return;
@@ -264,10 +278,22 @@ void hak_heap_trim_self(hak_heap_t *h) {
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);
-    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n++;
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n += h->chunk_kind == 0;
     hak_unlock(&heap_lock);
     *heaps = n;
     *abandoned = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+}
+
+void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
+    size_t s = 0, d = 0;
+    hak_lock(&heap_lock);
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) {
+        s += __atomic_load_n(&h->slab_pages, __ATOMIC_RELAXED);
+        d += __atomic_load_n(&h->dirty_count, __ATOMIC_RELAXED);
+    }
+    hak_unlock(&heap_lock);
+    *slab_pages = s;
+    *dirty_pages = d;
 }
 
 /* pthread key destructor: the thread is exiting.  Its rings go back to the
@@ -292,7 +318,7 @@ static void heap_thread_exit(void *arg) {
 
 /* Allocation by a thread whose heap is gone (a destructor running after
  * ours): borrow an abandoned heap under the lock for this one call. */
-void *hak_alloc_without_heap(size_t size) {
+HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
     void *p = NULL;
@@ -324,8 +350,10 @@ void *hak_alloc_without_heap(size_t size) {
  * library's prepare handler registered before ours runs after it, and one
  * that allocates must not wait for a lock its own thread holds. */
 static void fork_prepare(void) {
+    hak_profile_fork_prepare();     /* a stack walk holds no other lock */
     hak_purge_fork_prepare();
     hak_lock(&heap_lock);
+    hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
     hak_os_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();
@@ -344,21 +372,24 @@ static void fork_unlock_inner(void) {
     hak_large_unlock_all();
     hak_ss_unlock_all();
     hak_os_unlock_all();
+    hak_profile_unlock_all();
 }
 
 static void fork_parent(void) {
     fork_unlock_inner();
     hak_unlock(&heap_lock);
     hak_purge_fork_parent();
+    hak_profile_fork_parent();
 }
 
 static void fork_child(void) {
     fork_unlock_inner();
-    /* Only the forking thread's heap and those on the abandoned list are
-     * known to be whole (a heap housekeeping had taken off the list may be
-     * half swept, its lock held). */
+    hak_profile_fork_child();
+    /* Only the forking thread's heap, those on the abandoned list and the
+     * profiler's (its lock was held) are known to be whole (a heap
+     * housekeeping had taken off the list may be half swept, its lock held). */
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_owner) h->state = HAK_HEAP_ORPHANED;
+        if (h != hak_tls_owner && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;
     __atomic_store_n(&active_count, hak_tls_owner != NULL, __ATOMIC_RELAXED);

@@ -92,6 +92,12 @@
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
+/* The functions a sampled allocation passes through inside hakmem (the
+ * inline fast paths too, for builds that do not inline them): their own
+ * section, so the heap profiler drops their frames from a stack by address
+ * (hakmem_profile.c).  (A function with a section of its own is also never
+ * split into hot and cold parts.) */
+#define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
 
 #ifdef HAK_DEBUG
 #include <assert.h>
@@ -139,8 +145,13 @@
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
-/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved. */
-enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3 };
+/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved.
+ * HAK_CHUNK_PROF: a SuperSlab of the heap profiler's own heap, which serves
+ * the sampled blocks (hakmem_profile.c): the free fast path takes only
+ * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it
+ * to the profiler; everything else treats it as a SuperSlab. */
+enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,
+       HAK_CHUNK_PROF = 4 };
 
 typedef struct { _Atomic int held; } hak_lock_t;
 
@@ -254,6 +265,12 @@ typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;
 enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2, HAK_HEAP_ORPHANED = 3 };
 
 typedef struct hak_heap {
+    /* Bytes the thread may still allocate before the next heap-profile
+     * sample (hakmem_profile.c): every malloc fast path subtracts its
+     * request size and goes to hak_profile_alloc when this turns negative.
+     * INT64_MAX while profiling is off, so it never does; 0 in a new heap,
+     * so its first allocation sets it (prof_ready). */
+    int64_t          sample_left;
     /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
      * entry points at a slab, the empty sentinel when the queue is empty. */
     hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
@@ -291,6 +308,13 @@ typedef struct hak_heap {
                                       refill of the class takes: starts at 1
                                       for a new thread, doubles per refill  */
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
+    size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
+                                      written by the heap's owner only     */
+    uint64_t         prof_rng;     /* the profiler's PRNG state            */
+    bool             prof_ready;   /* sample_left set for this process     */
+    uint8_t          chunk_kind;   /* its SuperSlabs' tag: 0 (HAK_CHUNK_SS),
+                                      or HAK_CHUNK_PROF for the profiler's
+                                      heap (no thread, used under its lock) */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
 } hak_heap_t;
@@ -471,15 +495,18 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
 }
 
 /* Tiny (hakmem_tiny.c) */
-HAK_INTERNAL void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls);
+/* The slow paths take the request, not its class: the fast path then keeps
+ * no register for the class (one instruction less on every malloc). */
+HAK_INTERNAL void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h);
 HAK_INTERNAL void hak_c2_free_full(hak_heap_t *h, void *p);
 HAK_INTERNAL void hak_c2_flush(hak_heap_t *h, unsigned keep);
 HAK_INTERNAL void hak_size_class_enable_c2(void);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
-HAK_INTERNAL void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls);
+HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r);
 HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
+HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
@@ -497,6 +524,7 @@ HAK_INTERNAL bool   hak_large_trim_cache(void);
 HAK_INTERNAL uint32_t hak_large_purge(uint32_t now, uint32_t delay);
 HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
+HAK_INTERNAL extern _Atomic size_t hak_large_live;   /* live large blocks (hakmem.c) */
 HAK_INTERNAL void   hak_large_lock_all(void);
 HAK_INTERNAL void   hak_large_unlock_all(void);
 
@@ -508,13 +536,38 @@ HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
 HAK_INTERNAL extern _Atomic uint64_t hak_released_bytes;
 
+/* Heap profiler (hakmem_profile.c; fast-path part: box/profile_box.h).
+ * hak_profile_on: sampling is on (HAKMEM_PROFILE or HAKMEM_PROFILE_LEAKS),
+ * set once at start-up. */
+HAK_INTERNAL extern bool hak_profile_on;
+HAK_INTERNAL void  hak_profile_init(void);
+HAK_INTERNAL void *hak_profile_alloc(size_t size);
+HAK_INTERNAL bool  hak_profile_large_due(size_t size);
+HAK_INTERNAL void  hak_profile_large_sampled(void *p, size_t size);
+HAK_INTERNAL void  hak_profile_large_free(void *p);
+HAK_INTERNAL void  hak_profile_moved(void *from, void *to, size_t size);
+HAK_INTERNAL void  hak_profile_free(void *p);
+HAK_INTERNAL void  hak_profile_resized(void *p, size_t size);
+HAK_INTERNAL bool  hak_profile_has_record(const void *p);
+HAK_INTERNAL void  hak_profile_fork_prepare(void);
+HAK_INTERNAL void  hak_profile_fork_parent(void);
+HAK_INTERNAL void  hak_profile_lock_all(void);
+HAK_INTERNAL void  hak_profile_unlock_all(void);
+HAK_INTERNAL void  hak_profile_fork_child(void);
+
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
+/* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
+ * adopted, swept or housekept (the heap profiler's). */
+HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 HAK_INTERNAL void hak_heap_housekeeping(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_release_abandoned(void);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
+/* Sums over every heap, for mallinfo2: pages in slab spans and free pages
+ * still resident (each heap's owner writes its own counts). */
+HAK_INTERNAL void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages);
 HAK_INTERNAL void hak_heap_trim_self(hak_heap_t *h);
 HAK_INTERNAL bool hak_heap_sweep_abandoned(bool all);
 HAK_INTERNAL hak_heap_t *hak_heap_first(void);

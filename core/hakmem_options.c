@@ -18,7 +18,13 @@ hak_options_t hak_opt = {
     .l25_ring_cap = POOL_L25_RING_CAP,
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
     .purge_delay_ms = HAK_PURGE_DELAY_DEFAULT,
+    .profile = "",
+    .profile_rate = 512 * 1024,
 };
+
+/* HAKMEM_PROFILE's value, copied: the environment may change later. */
+#define PATH_MAX_LEN 1024
+static char profile_path[PATH_MAX_LEN];
 
 typedef struct {
     const char *name;
@@ -26,30 +32,45 @@ typedef struct {
     int def, min, max;
     const char *help;
     const char *const *words;   /* named values (index = value), or NULL */
+    const char **text;          /* a text setting (value NULL): up to
+                                   PATH_MAX_LEN - 1 characters, or NULL */
 } option_t;
 
 static const char *const lookup_kinds[] = { "flat", "radix", NULL };
+static const char *const unwinders[] = { "libunwind", "libgcc", NULL };
 
 static const option_t options[] = {
     { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
-      "1: print the effective settings on stderr at start-up", NULL },
+      "1: print the effective settings on stderr at start-up", NULL, NULL },
     { "HAKMEM_STATS", &hak_opt.stats, 0, 0, 1,
-      "1: count allocations, frees, remote frees and refills per class; report at exit", NULL },
+      "1: count allocations, frees, remote frees and refills per class; report at exit", NULL, NULL },
     { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
-      "refills of a size class between checks of its SuperSlab's tier (1: every refill)", NULL },
+      "refills of a size class between checks of its SuperSlab's tier (1: every refill)", NULL, NULL },
     { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,
-      "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL },
+      "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL, NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
-      "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL },
+      "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL, NULL },
     { "HAKMEM_TINY_C2_LOCAL_CACHE", &hak_opt.tiny_c2_cache, 0, 0, 1,
-      "1: a 64-block thread-local cache in front of the 32-byte Tiny class", NULL },
+      "1: a 64-block thread-local cache in front of the 32-byte Tiny class", NULL, NULL },
     { "HAKMEM_MID_INUSE_DEFERRED", &hak_opt.mid_inuse_deferred, 0, 0, 1,
-      "1: L2 ring flushes batch the slabs' in-use decrements per slab", NULL },
+      "1: L2 ring flushes batch the slabs' in-use decrements per slab", NULL, NULL },
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
       "how free() maps a pointer to its chunk: flat (one byte map) or radix (two-level table)",
-      lookup_kinds },
+      lookup_kinds, NULL },
     { "HAKMEM_PURGE_DELAY_MS", &hak_opt.purge_delay_ms, HAK_PURGE_DELAY_DEFAULT, 0, 3600000,
-      "ms free memory stays resident unused before it goes back to the OS (0: at once)", NULL },
+      "ms free memory stays resident unused before it goes back to the OS (0: at once)", NULL, NULL },
+    { "HAKMEM_PROFILE", NULL, 0, 0, 0,
+      "heap profile file (%p: the pid): sample allocations, write the live heap at exit",
+      NULL, &hak_opt.profile },
+    { "HAKMEM_PROFILE_RATE", &hak_opt.profile_rate, 512 * 1024, 1, 1 << 30,
+      "mean bytes allocated between two heap-profile samples", NULL, NULL },
+    { "HAKMEM_PROFILE_SIGNAL", &hak_opt.profile_signal, 0, 0, 64,
+      "signal number that writes a numbered heap profile (0: none)", NULL, NULL },
+    { "HAKMEM_PROFILE_LEAKS", &hak_opt.profile_leaks, 0, 0, 1,
+      "1: sample allocations and report the sampled blocks never freed at exit (stderr)", NULL, NULL },
+    { "HAKMEM_PROFILE_UNWINDER", &hak_opt.profile_unwinder, HAK_UNWIND_LIBUNWIND, 0, 1,
+      "what walks a sampled allocation's stack: libunwind (libunwind.so.8, else libgcc) or libgcc",
+      unwinders, NULL },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 
@@ -79,6 +100,20 @@ void hak_options_init(void) {
     char line[320];
     for (size_t i = 0; i < NOPTIONS; i++) {
         const option_t *o = &options[i];
+        if (o->text != NULL) {
+            *o->text = "";
+            const char *s = getenv(o->name);
+            if (s == NULL) continue;
+            if (strlen(s) < PATH_MAX_LEN) {
+                memcpy(profile_path, s, strlen(s) + 1);
+                *o->text = profile_path;
+            } else {
+                snprintf(line, sizeof line, "hakmem: %s=%.*s%s is longer than %d characters; ignored\n",
+                         o->name, QUOTE(s), PATH_MAX_LEN - 1);
+                say(line);
+            }
+            continue;
+        }
         *o->value = o->def;
         const char *s = getenv(o->name);
         if (s == NULL) continue;
@@ -133,10 +168,14 @@ void hak_options_init(void) {
     }
 #endif
     if (hak_opt.tiny_c2_cache) hak_size_class_enable_c2();
+    hak_profile_init();
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];
-            if (o->words != NULL)
+            if (o->text != NULL)
+                snprintf(line, sizeof line, "hakmem: %s=%.*s%s  (%s)\n", o->name, QUOTE(*o->text),
+                         o->help);
+            else if (o->words != NULL)
                 snprintf(line, sizeof line, "hakmem: %s=%s  (%s)\n", o->name, o->words[*o->value],
                          o->help);
             else

@@ -4,6 +4,7 @@
 #define HAKMEM_OPTIONS_H
 
 enum { HAK_LOOKUP_FLAT = 0, HAK_LOOKUP_RADIX = 1 };
+enum { HAK_UNWIND_LIBUNWIND = 0, HAK_UNWIND_LIBGCC = 1 };
 
 typedef struct {
     int verbose;            /* HAKMEM_VERBOSE: print the settings at start-up   */
@@ -15,6 +16,11 @@ typedef struct {
     int tiny_c2_cache;      /* HAKMEM_TINY_C2_LOCAL_CACHE: cache for 32 B blocks */
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
     int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
+    const char *profile;    /* HAKMEM_PROFILE: heap profile path ("" = off)     */
+    int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
+    int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */
+    int profile_leaks;      /* HAKMEM_PROFILE_LEAKS: leak report at exit        */
+    int profile_unwinder;   /* HAKMEM_PROFILE_UNWINDER: HAK_UNWIND_*            */
 } hak_options_t;
 
 extern hak_options_t hak_opt;

@@ -29,14 +29,17 @@ static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
     return r;
 }
 
-void *hak_pool_alloc_slow(hak_heap_t *h, hak_ring_t *r, unsigned cls) {
+HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r) {
+    unsigned cls = hak_mid_class(size);
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
-        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[cls]);
-        void *p = hak_pool_alloc(h, cls);
+        if (h == NULL) return hak_alloc_without_heap(size);
+        void *p = hak_pool_alloc(h, cls, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
         return p;
     }
+    /* The fast path's countdown happens only when it has a block. */
+    if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
@@ -97,6 +100,36 @@ static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t no
     for (unsigned i = 0; i < DEFER_SLOTS; i++) defer_apply(h, &d[i], now);
 }
 
+/* An L2 / L2.5 block back to its slab, under the heap's lock. */
+static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
+    hak_slab_t *s = hak_slab_of(p);
+    if (at_once && s->tier == HAK_TIER_L25) {
+        hak_l25_block_decommit(p, s->cls);
+        hak_block_clean(p);
+    } else {
+        hak_block_stamp(p, now);
+    }
+    /* decided before the free, which may retire the slab */
+    bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
+    hak_tiny_free(h, s, p);
+    if (purge) hak_slab_purge(s, now, 0);
+}
+
+/* One block of any class straight back to its slab, as a ring flush
+ * returns it (the profiler's heap, which has no rings). */
+void hak_pool_return_block(hak_heap_t *h, void *p) {
+    hak_slab_t *s = hak_slab_of(p);
+    hak_heap_lock(h);          /* the purger reads the ring classes' slabs */
+    if (s->cls < HAK_L2_FIRST) {
+        hak_tiny_free(h, s, p);
+    } else {
+        bool at_once = hak_opt.purge_delay_ms == 0;
+        if (!at_once) h->purge_pending += hak_class_block_size[s->cls];
+        block_return(h, p, hak_now_ms(), at_once);
+    }
+    hak_heap_unlock(h);
+}
+
 /* Return the oldest blocks to their slabs, keeping the newest `keep`.  The
  * blocks stay resident, stamped: the purger gives their pages back once
  * they have stayed unused for the delay (hak_slab_purge), unless a refill
@@ -111,20 +144,7 @@ void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     if (hak_opt.mid_inuse_deferred && hak_slab_of(r->slot[0])->tier == HAK_TIER_L2) {
         flush_deferred(h, r->slot, n, now);
     } else {
-        for (unsigned i = 0; i < n; i++) {
-            void *p = r->slot[i];
-            hak_slab_t *s = hak_slab_of(p);
-            if (at_once && s->tier == HAK_TIER_L25) {
-                hak_l25_block_decommit(p, s->cls);
-                hak_block_clean(p);
-            } else {
-                hak_block_stamp(p, now);
-            }
-            /* decided before the free, which may retire the slab */
-            bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_FULL) - 1);
-            hak_tiny_free(h, s, p);
-            if (purge) hak_slab_purge(s, now, 0);
-        }
+        for (unsigned i = 0; i < n; i++) block_return(h, r->slot[i], now, at_once);
     }
     memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
     r->count -= n;

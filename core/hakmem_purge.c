@@ -72,6 +72,14 @@ static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due *
 
 static __thread bool tls_trimming;    /* malloc_trim gives it all back itself */
 
+/* The heaps a purge walks: those of live and exited threads, and the heap
+ * profiler's (no thread; used under the profiler's lock, whose holder takes
+ * the heap's lock where any owner does). */
+static bool heap_purged(const hak_heap_t *h, int state) {
+    return state == HAK_HEAP_ACTIVE || state == HAK_HEAP_ABANDONED ||
+           h->chunk_kind == HAK_CHUNK_PROF;
+}
+
 /* One pass over every heap and both caches; returns ms until the next
  * stamp falls due.  Caller holds purge_lock. */
 static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
@@ -80,7 +88,7 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
     uint32_t now = hak_now_ms();
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
-        if (st != HAK_HEAP_ACTIVE && st != HAK_HEAP_ABANDONED) continue;
+        if (!heap_purged(h, st)) continue;
         if (trylock_heaps) {
             if (!hak_trylock(&h->lock)) {
                 if (delay < wait) wait = delay;
@@ -235,7 +243,7 @@ bool hak_purge_everything(void) {
     hak_heap_sweep_abandoned(true);
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
-        if (st != HAK_HEAP_ACTIVE && st != HAK_HEAP_ABANDONED) continue;
+        if (!heap_purged(h, st)) continue;
         if (h != me && st == HAK_HEAP_ACTIVE)
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
         hak_lock(&h->lock);

@@ -85,7 +85,8 @@ static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
 
 static hak_superslab_t *ss_new(hak_heap_t *h) {
     hak_superslab_t *ss = NULL;
-    if (__atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
+    /* (the cache holds HAK_CHUNK_SS chunks: not for the profiler's heap) */
+    if (h->chunk_kind == 0 && __atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
         hak_lock(&ss_cache_lock);
         ss = ss_cache;
         if (ss != NULL) {
@@ -104,7 +105,8 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
         memcpy(ss->dirty_at, at, sizeof at);
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
-        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE, HAK_CHUNK_SS);
+        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE,
+                               h->chunk_kind ? h->chunk_kind : HAK_CHUNK_SS);
         if (ss == NULL) return NULL;
     }
     ss->magic = HAK_SS_MAGIC;
@@ -129,7 +131,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
         ss->dirty_pages = 0;
     }
     hak_lock(&ss_cache_lock);
-    if (!now || ss_cache_count < SS_CACHE_MAX) {
+    if (h->chunk_kind == 0 && (!now || ss_cache_count < SS_CACHE_MAX)) {
         ss->next = ss_cache;
         __atomic_store_n(&ss_cache, ss, __ATOMIC_RELAXED);
         ss_cache_count++;
@@ -197,6 +199,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages & want);
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
+    __atomic_store_n(&h->slab_pages, h->slab_pages + npages, __ATOMIC_RELAXED);   /* mallinfo2 */
     hak_slab_t *s = &ss->slabs[idx];
     s->npages = (uint8_t)npages;
     return s;
@@ -232,6 +235,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
         ss->dirty_pages |= bits;
         h->purge_pending += (size_t)s->npages << HAK_PAGE_SHIFT;
     }
+    __atomic_store_n(&h->slab_pages, h->slab_pages - s->npages, __ATOMIC_RELAXED);   /* mallinfo2 */
     if (ss->free_pages == ~(uint64_t)0 && h->sweeping != ss && release_ok(h, ss)) {
         ss_release(h, ss);
         return;

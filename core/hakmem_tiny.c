@@ -55,15 +55,18 @@ void hak_size_class_enable_c2(void) {
     hak_tiny_class_of[2] = HAK_C2_CLASS;
 }
 
-void *hak_tiny_alloc_slow(hak_heap_t *h, unsigned cls) {
+HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
+    unsigned cls = hak_tiny_class(size);
     if (h == &hak_empty_heap) {     /* first allocation of a thread, or stats */
         h = hak_heap_for_thread();
         unsigned real = cls == HAK_C2_CLASS ? HAK_C2_REAL_CLASS : cls;
-        if (h == NULL) return hak_alloc_without_heap(hak_class_block_size[real]);
-        void *p = hak_tiny_alloc(h, hak_class_block_size[real]);
+        if (h == NULL) return hak_alloc_without_heap(size);
+        void *p = hak_tiny_alloc(h, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc(real, hak_class_block_size[real]);
         return p;
     }
+    /* The fast path's countdown happens only when it has a block. */
+    if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
     void *p = NULL;
     if (cls == HAK_C2_CLASS) p = c2_refill(h);
     else if (hak_class_take(h, cls, &p, 1) != 1) p = NULL;

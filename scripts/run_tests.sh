@@ -144,6 +144,22 @@ TOTAL_FAIL=0
 #   hardened, radix           the hardened free-path check through the radix
 #                  lookup, its locks across fork: everything but OOM (the
 #                  radix row and the hardened row have that)
+#   PROFILE=path   sampled blocks live in the profiler's own heap and their
+#                  free goes through the chunk map's cold path; the fast
+#                  paths count down to each sample: every tier, remote frees
+#                  of sampled blocks, exited threads' countdowns, fork with
+#                  the profiler's lock, trim of the profiler's heap, OOM
+#   PROFILE_RATE=4096         most blocks above 4 KiB sampled, many stacks
+#                  and records (1, the end of the range, samples every
+#                  allocation and would take hours): the tiers, remote frees
+#   PROFILE_LEAKS=1           sampling without a profile file, the leak report
+#                  at every exit: threads that exit with blocks out, fork
+#   PROFILE_UNWINDER=libgcc   the other stack walker: threads (its caches)
+#   PROFILE_SIGNAL=12         the handler installed; test_profile sends it:
+#                  the unit tests
+#   hardened, PROFILE         sampled blocks under the hardened free check
+#                  and its dead ranges: the tiers, remote frees, fork
+# ($LOGDIR in a row is the run's log directory; profiles are written there.)
 #
 # A setting with no row fails the run.  A new row costs about 10 CPU seconds
 # for the unit tests plus 3-15 per stress test (40 for all of test_oom, 15 for
@@ -164,7 +180,13 @@ default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_e
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
 default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
 hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free
+default    HAKMEM_PROFILE_LEAKS=1           thread_exit fork
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_UNWINDER=libgcc   remote_free thread_churn
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_SIGNAL=12   -
 hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork
+hardened   HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free fork
 '
 
 # NAME:A,B -> test_NAME_A,test_NAME_B; oom:core is the OOM tests of the tiers.
@@ -198,7 +220,7 @@ fail_setup() {   # MESSAGE: a problem of the matrix itself, one failure
 OPTIONS_FILE=core/hakmem_options.c
 OPTIONS=()
 if [ -f "$OPTIONS_FILE" ]; then
-    mapfile -t OPTIONS < <(sed -n 's/^ *{ *"\(HAKMEM_[A-Z0-9_]*\)", *&hak_opt.*/\1/p' "$OPTIONS_FILE" | sort -u)
+    mapfile -t OPTIONS < <(sed -n 's/^ *{ *"\(HAKMEM_[A-Z0-9_]*\)", *\(&hak_opt\|NULL\).*/\1/p' "$OPTIONS_FILE" | sort -u)
 fi
 [ "${#OPTIONS[@]}" -eq 0 ] && fail_setup "gate matrix: no options found in $OPTIONS_FILE (its { \"HAKMEM_...\", &hak_opt... } rows)"
 ROW_NAMES=$(echo "$MATRIX_SETTINGS" | grep -v '^ *#' | awk 'NF >= 2 { print $2 }' | tr ',' '\n' |
@@ -262,6 +284,7 @@ while read -r build setting tests; do
     esac
     env=""
     [ "$setting" != - ] && env="${setting//,/ }"
+    env="${env//'$LOGDIR'/$LOGDIR}"
     label="$build${env:+ $setting}"
     row=${#ROW_LABEL[@]}
     ROW_LABEL+=("$label"); ROW_CPU+=(0)

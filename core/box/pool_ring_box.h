@@ -6,19 +6,26 @@
 
 #include "hakmem_internal.h"
 #include "box/block_link_box.h"
+#include "box/profile_box.h"
 
 static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
     return h->ring[cls];
 }
 
-static inline void *hak_pool_alloc(hak_heap_t *h, unsigned cls) {
+/* size: the request, for the profiler's countdown. */
+static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
     hak_ring_t *r = hak_pool_ring(h, cls);
-    if (hak_likely(r->count != 0)) {
-        void *p = r->slot[--r->count];
+    uint32_t n = r->count;      /* read once: the countdown's asm writes memory */
+    if (hak_likely(n != 0)) {
+        HAK_SAMPLE_COUNTDOWN(h, size, sample);
+        r->count = --n;
+        void *p = r->slot[n];
         hak_ring_block_taken(p);
         return p;
     }
-    return hak_pool_alloc_slow(h, r, cls);
+    return hak_pool_alloc_slow(size, h, r);
+sample:
+    return hak_profile_alloc(size);
 }
 
 /* p's slab is owned by the calling thread (r is slab->ring, its ring for

@@ -6,18 +6,22 @@
 #include "hakmem_internal.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
+#include "box/profile_box.h"
 
-static inline void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
+static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
     hak_slab_t *s = h->queue_head[cls];
     hak_block_t *b = s->free;
     if (hak_likely(b != NULL)) {
+        HAK_SAMPLE_COUNTDOWN(h, size, sample);
         s->free = hak_link_get(b);
         s->used++;
         hak_block_taken(b);
         return b;
     }
-    return hak_tiny_alloc_slow(h, cls);
+    return hak_tiny_alloc_slow(size, h);
+sample:
+    return hak_profile_alloc(size);
 }
 
 /* s is owned by the calling thread; p passed the free check. */

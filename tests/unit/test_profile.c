@@ -1,0 +1,723 @@
+/* Unit tests: the heap profiler (HAKMEM_PROFILE, docs/PROFILING.md).
+ *
+ * The program runs itself again with the profiler on at the default rate
+ * (HAKMEM_PROFILE=<temporary dir>/prof.%p, HAKMEM_PROFILE_LEAKS=1, no
+ * HAKMEM_PROFILE_RATE), since settings are read once at start-up.
+ *
+ *   accuracy    three call sites hold 60/30/10 % of the live bytes, sizes
+ *               16 B .. 1 MiB; the heap profile (parsed here, with
+ *               google-pprof's unsampling formula) gives each site's live
+ *               bytes within +-10 %, and so does google-pprof --text
+ *   sampled     sampled blocks behave as any block: usable size, realloc,
+ *               alignment, calloc zeroing, double free stops the process
+ *   leaks       the leak report at exit names the site that leaked and not
+ *               the one whose blocks were all freed
+ *   threads     8 threads sample at once and free each other's blocks
+ *   fork        the child writes its own file under its own pid; the
+ *               parent's profile is unchanged
+ *   signal      HAKMEM_PROFILE_SIGNAL: the next sampled allocation writes
+ *               a numbered profile
+ *
+ * Call sites are told apart by address: each site function sits in a
+ * section of its own, whose bounds the linker provides. */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TIER_COMMON_OWN_API
+#include "tier_common.h"
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+#define RATE 524288.0
+
+#define SITE(name) __attribute__((noinline, used, section("test_site_" #name)))
+#define SITE_BOUNDS(name)                                                      \
+    extern const char __start_test_site_##name[], __stop_test_site_##name[];
+SITE_BOUNDS(a) SITE_BOUNDS(b) SITE_BOUNDS(c) SITE_BOUNDS(leak) SITE_BOUNDS(freed)
+SITE_BOUNDS(churn) SITE_BOUNDS(keep) SITE_BOUNDS(parent) SITE_BOUNDS(child)
+
+typedef struct { const char *name; uintptr_t lo, hi; } site_t;
+#define SITE_OF(n) { #n, (uintptr_t)__start_test_site_##n, (uintptr_t)__stop_test_site_##n }
+
+static char g_dir[256];
+
+/* ---- sites ---------------------------------------------------------------- */
+/* Each allocates into out[0..n) (never a tail call: the site's own frame is
+ * the allocation's innermost one). */
+static SITE(a) void site_a(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(b) void site_b(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(realloc)(NULL, sz[i]);
+}
+static SITE(c) void site_c(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(reallocarray)(NULL, sz[i], 1);
+}
+static SITE(leak) void site_leak(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(freed) void site_freed(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(churn) void site_churn(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(keep) void site_keep(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(parent) void site_parent(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(child) void site_child(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+/* Log-uniform sizes in [lo, hi] adding up to at least `bytes`; *n set. */
+static size_t *draw_sizes(uint64_t *rng, size_t lo, size_t hi, size_t bytes, size_t *n,
+                          size_t *total)
+{
+    size_t cap = 1024, k = 0, sum = 0;
+    size_t *sz = malloc(cap * sizeof *sz);
+    int elo = 63 - __builtin_clzll(lo), ehi = 63 - __builtin_clzll(hi);
+    while (sum < bytes) {
+        int e = (int)rng_range(rng, (size_t)elo, (size_t)ehi);
+        size_t a = (size_t)1 << e, s = a + rng_range(rng, 0, a - 1);
+        if (s < lo) s = lo;
+        if (s > hi) s = hi;
+        if (k == cap) sz = realloc(sz, (cap *= 2) * sizeof *sz);
+        sz[k++] = s;
+        sum += s;
+    }
+    *n = k;
+    *total = sum;
+    return sz;
+}
+
+static void free_all(void **p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) HAK_STD(free)(p[i]);
+}
+
+/* exp(-x), x >= 0, without libm. */
+static double exp_neg(double x)
+{
+    if (x > 40) return 0;
+    int k = (int)(x / 0.6931471805599453);
+    double r = x - k * 0.6931471805599453, term = 1, e = 1;
+    for (int i = 1; i < 20; i++) {
+        term *= -r / i;
+        e += term;
+    }
+    while (k-- > 0) e *= 0.5;
+    return e;
+}
+
+static double sqrt_pos(double x)
+{
+    double r = x > 1 ? x : 1;
+    for (int i = 0; i < 200; i++) r = 0.5 * (r + x / r);
+    return r;
+}
+
+static char *read_file(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while ((r = read(fd, buf + n, cap - n)) > 0) {
+        n += (size_t)r;
+        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+    }
+    close(fd);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* A heap profile's in-use estimate per site (google-pprof's formula: each
+ * line scaled by 1 / (1 - exp(-average size / rate))), and the in-use bytes
+ * at no site.  Checks the format on the way. */
+typedef struct { double bytes[16]; double other; size_t lines; int rate; } prof_t;
+
+static void parse_profile(const char *path, const site_t *sites, int nsites, prof_t *out)
+{
+    memset(out, 0, sizeof *out);
+    char *text = read_file(path);
+    if (text == NULL) fail_msg("cannot read heap profile %s: %s", path, strerror(errno));
+    unsigned long long h1, h2, h3, h4;
+    if (sscanf(text, "heap profile: %llu: %llu [%llu: %llu] @ heap_v2/%d", &h1, &h2, &h3, &h4,
+               &out->rate) != 5)
+        fail_msg("%s: bad header line: %.80s", path, text);
+    if (strstr(text, "\nMAPPED_LIBRARIES:\n") == NULL) fail_msg("%s: no MAPPED_LIBRARIES section", path);
+    char *line = strchr(text, '\n') + 1;
+    while (*line && *line != '\n' && strncmp(line, "MAPPED", 6) != 0) {
+        char *end = strchr(line, '\n');
+        if (end) *end = '\0';
+        unsigned long long n1, s1, n2, s2;
+        int used = 0;
+        if (sscanf(line, " %llu: %llu [ %llu: %llu] @%n", &n1, &s1, &n2, &s2, &used) != 4 || used == 0)
+            fail_msg("%s: bad line: %s", path, line);
+        char *a = line + used;
+        uintptr_t first = (uintptr_t)strtoull(a, &a, 16);
+        if (first == 0) fail_msg("%s: line without a stack: %s", path, line);
+        out->lines++;
+        if (n1 != 0) {
+            double est = (double)s1 / (1 - exp_neg((double)s1 / (double)n1 / out->rate));
+            int which = -1;
+            for (int i = 0; i < nsites; i++)
+                if (first >= sites[i].lo && first < sites[i].hi) which = i;
+            if (which >= 0) out->bytes[which] += est;
+            else out->other += est;
+        }
+        if (!end) break;
+        line = end + 1;
+    }
+    free(text);
+}
+
+static void path_in_dir(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", g_dir, name);
+}
+
+/* ---- accuracy ----------------------------------------------------------------- */
+/* The estimate of a site holding B bytes in blocks of sizes s has variance
+ * sum(s^2 (1 - p) / p), p = 1 - exp(-s / rate): about rate * B / 2 for this
+ * size mix, so its relative standard deviation is sqrt(rate / (2 B)).  The
+ * 10 % site holds 384 MiB (sd about 2.6 %): +-10 % is about 4 sd.  Blocks
+ * are not written, so the 3.8 GiB cost little resident memory. */
+#define ACC_TOTAL ((size_t)3840 * MiB)
+
+static void *acc_blocks[3];
+static size_t acc_n[3], acc_bytes[3];
+static double acc_sd[3];
+
+static void accuracy_setup(void)
+{
+    static const int share[3] = { 60, 30, 10 };
+    void (*fn[3])(void **, const size_t *, size_t) = { site_a, site_b, site_c };
+    uint64_t rng = 0x1234567;
+    for (int s = 0; s < 3; s++) {
+        size_t *sz = draw_sizes(&rng, 16, MiB, ACC_TOTAL / 100 * (size_t)share[s], &acc_n[s],
+                                &acc_bytes[s]);
+        double var = 0;
+        for (size_t i = 0; i < acc_n[s]; i++) {
+            double p = 1 - exp_neg((double)sz[i] / RATE);
+            var += (double)sz[i] * (double)sz[i] * (1 - p) / p;
+        }
+        acc_sd[s] = sqrt_pos(var) / (double)acc_bytes[s];
+        void **out = malloc(acc_n[s] * sizeof *out);
+        fn[s](out, sz, acc_n[s]);
+        for (size_t i = 0; i < acc_n[s]; i++)
+            if (out[i] == NULL) fail_msg("site %d: allocation %zu of %zu B failed", s, i, sz[i]);
+        acc_blocks[s] = out;
+        free(sz);
+    }
+}
+
+static void accuracy_teardown(void)
+{
+    for (int s = 0; s < 3; s++) {
+        free_all(acc_blocks[s], acc_n[s]);
+        free(acc_blocks[s]);
+        acc_blocks[s] = NULL;
+    }
+}
+
+static char acc_path[320];
+
+static void test_accuracy(void **state)
+{
+    (void)state;
+    accuracy_setup();
+    char *path = acc_path;
+    path_in_dir(acc_path, sizeof acc_path, "accuracy.heap");
+    if (hak_profile_dump(path) != 0) fail_msg("hak_profile_dump(%s): %s", path, strerror(errno));
+    site_t sites[3] = { SITE_OF(a), SITE_OF(b), SITE_OF(c) };
+    prof_t pr;
+    parse_profile(path, sites, 3, &pr);
+    assert_int_equal(pr.rate, 524288);
+    for (int s = 0; s < 3; s++) {
+        double err = pr.bytes[s] / (double)acc_bytes[s] - 1;
+        print_message("site %s: %zu blocks, %.1f MiB live, estimated %.1f MiB (%+.2f %%, sd %.2f %%)\n",
+                      sites[s].name, acc_n[s], (double)acc_bytes[s] / MiB, pr.bytes[s] / MiB,
+                      100 * err, 100 * acc_sd[s]);
+        if (err > 0.10 || err < -0.10)
+            fail_msg("site %s: estimate %.1f MiB is %+.1f %% off the true %.1f MiB", sites[s].name,
+                     pr.bytes[s] / MiB, 100 * err, (double)acc_bytes[s] / MiB);
+    }
+    /* this test's own bookkeeping (its pointer arrays) is all that is left */
+    if (pr.other > 64.0 * MiB) fail_msg("%.1f MiB in use at no site", pr.other / MiB);
+    char folded[340];
+    snprintf(folded, sizeof folded, "%s.folded", path);
+    char *f = read_file(folded);
+    if (f == NULL || strchr(f, ';') == NULL) fail_msg("no folded stacks in %s", folded);
+    free(f);
+    accuracy_teardown();
+}
+
+/* google-pprof reads test_accuracy's profile, finds the sites by name and
+ * gives the same estimates (it prints MB with one decimal). */
+static void test_pprof(void **state)
+{
+    (void)state;
+    if (system("command -v google-pprof >/dev/null 2>&1") != 0) {
+        print_message("google-pprof is not installed (scripts/install_deps.sh test): skipped\n");
+        skip();
+    }
+    if (access(acc_path, R_OK) != 0) fail_msg("no profile from test_accuracy");
+    const char *path = acc_path;
+    char exe[512], cmd[1200], line[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    snprintf(cmd, sizeof cmd, "google-pprof --text '%s' '%s' 2>/dev/null", exe, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    double mb[3] = { -1, -1, -1 };
+    static const char *names[3] = { "site_a", "site_b", "site_c" };
+    while (fgets(line, sizeof line, p) != NULL) {
+        double flat;
+        char name[256];
+        if (sscanf(line, " %lf %*f%% %*f%% %*f %*f%% %255s", &flat, name) != 2) continue;
+        for (int s = 0; s < 3; s++)
+            if (strcmp(name, names[s]) == 0) mb[s] = flat;
+    }
+    int rc = pclose(p);
+    if (rc != 0) fail_msg("%s: exit status %d", cmd, rc);
+    for (int s = 0; s < 3; s++) {
+        double truth = (double)acc_bytes[s] / MiB, err = mb[s] / truth - 1;
+        print_message("google-pprof: %s %.1f MB (true %.1f MB, %+.2f %%)\n", names[s], mb[s], truth,
+                      100 * err);
+        if (mb[s] < 0) fail_msg("google-pprof --text shows no %s", names[s]);
+        if (err > 0.10 || err < -0.10) fail_msg("google-pprof: %s is %+.1f %% off", names[s], 100 * err);
+    }
+}
+
+/* ---- sampled blocks are ordinary blocks ------------------------------------------ */
+static void test_sampled_blocks(void **state)
+{
+    (void)state;
+    /* Requests of 256 KiB are sampled with probability 0.39: among 200 of
+     * them, each checked as any block, some are sampled for sure. */
+    enum { N = 200 };
+    void *p[N];
+    int sampled = 0;
+    for (int i = 0; i < N; i++) {
+        size_t n = 256 * KiB - 100 + (size_t)i;
+        p[i] = HAK_STD(calloc)(1, n);
+        assert_non_null(p[i]);
+        const unsigned char *c = p[i];
+        for (size_t k = 0; k < n; k += 4096) assert_int_equal(c[k], 0);
+        assert_int_equal(c[n - 1], 0);
+        size_t u = hak_usable_size(p[i]);
+        assert_true(u >= n);
+        assert_int_equal(u, hak_class_size(hak_size_class(n)));
+        assert_int_equal(hak_tier_of(p[i]), HAK_TIER_L25);
+        pat_fill(p[i], n, (uint64_t)i);
+        sampled += hak_profile_sampled(p[i]);
+    }
+    print_message("%d of %d blocks of 256 KiB were sampled\n", sampled, N);
+    assert_true(sampled > 0);
+    for (int i = 0; i < N; i++) {        /* grow, keep the contents, free */
+        size_t n = 256 * KiB - 100 + (size_t)i;
+        void *q = HAK_STD(realloc)(p[i], 300 * KiB);
+        assert_non_null(q);
+        assert_int_equal(pat_check(q, n, (uint64_t)i), n);
+        HAK_STD(free)(q);
+    }
+    /* power-of-two requests through the memalign family keep their alignment */
+    sampled = 0;
+    for (int i = 0; i < N; i++) {
+        size_t align = (size_t)1 << (4 + i % 17);
+        void *q = HAK_STD(aligned_alloc)(align, align);
+        assert_non_null(q);
+        if ((uintptr_t)q % align != 0) fail_msg("aligned_alloc(%zu) = %p", align, q);
+        sampled += hak_profile_sampled(q);
+        p[i] = q;
+    }
+    assert_true(sampled > 0);
+    free_all(p, N);
+    /* a large block, sampled or not, is told apart too */
+    void *big = HAK_STD(malloc)(64 * MiB);
+    assert_true(hak_profile_sampled(big));      /* P(not sampled) = exp(-128) */
+    HAK_STD(free)(big);
+}
+
+/* A second free of a sampled block stops the process, named a double free. */
+static void test_sampled_double_free(void **state)
+{
+    (void)state;
+    char log[320];
+    path_in_dir(log, sizeof log, "double_free.txt");
+    fflush(NULL);              /* no buffered output twice */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        signal(SIGABRT, SIG_DFL);             /* not cmocka's handler */
+        for (int i = 0; i < 400; i++) {      /* until one of them is sampled */
+            void *volatile q = HAK_STD(malloc)(500 * KiB);
+            bool sampled = hak_profile_sampled(q);
+            HAK_STD(free)(q);
+            if (sampled) HAK_STD(free)(q);         /* the double free */
+        }
+        _exit(3);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the child was not stopped by abort (status 0x%x)", st);
+    char *text = read_file(log);
+    if (text == NULL || strstr(text, "hakmem: free(): double free of") == NULL)
+        fail_msg("no double-free message: %s", text ? text : "(no output)");
+    free(text);
+}
+
+/* ---- leaks ------------------------------------------------------------------------ */
+static void test_leak_report(void **state)
+{
+    (void)state;
+    char log[320];
+    path_in_dir(log, sizeof log, "leaks.txt");
+    fflush(NULL);              /* no buffered output twice */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        uint64_t rng = 99;
+        size_t n1, n2, b1, b2;
+        size_t *s1 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n1, &b1);
+        size_t *s2 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n2, &b2);
+        void **l = malloc(n1 * sizeof *l), **f = malloc(n2 * sizeof *f);
+        site_leak(l, s1, n1);
+        site_freed(f, s2, n2);
+        free_all(f, n2);
+        exit(0);                   /* the report is written at exit */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *text = read_file(log);
+    assert_non_null(text);
+    if (strstr(text, "leak report (sampled") == NULL) fail_msg("no sampled leak report:\n%s", text);
+    site_t leak = SITE_OF(leak), freed = SITE_OF(freed);
+    bool found = false;
+    for (char *s = text; (s = strstr(s, " 0x")) != NULL; s++) {
+        uintptr_t a = (uintptr_t)strtoull(s + 1, NULL, 16) - 1;
+        if (a >= freed.lo && a < freed.hi) fail_msg("the leak report names site_freed:\n%s", text);
+        if (a >= leak.lo && a < leak.hi) found = true;
+    }
+    if (!found) fail_msg("the leak report does not name site_leak:\n%s", text);
+    free(text);
+}
+
+/* ---- threads ----------------------------------------------------------------------- */
+#define NTHREADS 8
+#define ROUNDS 40
+
+typedef struct batch { struct batch *next; size_t n; void *p[]; } batch_t;
+
+typedef struct {
+    int id;
+    pthread_mutex_t lock;
+    batch_t *inbox;        /* batches of the previous thread, freed here */
+    void **kept;
+    size_t kept_n, kept_bytes;
+} worker_t;
+
+static worker_t workers[NTHREADS];
+static pthread_barrier_t start_line;
+
+static void free_batches(batch_t *b)
+{
+    while (b != NULL) {
+        batch_t *next = b->next;
+        free_all(b->p, b->n);
+        free(b);
+        b = next;
+    }
+}
+
+static void *worker(void *arg)
+{
+    worker_t *w = arg;
+    worker_t *next = &workers[(w->id + 1) % NTHREADS];
+    uint64_t rng = 0x9E37 + (uint64_t)w->id;
+    size_t n, bytes;
+    size_t *keep = draw_sizes(&rng, 32 * KiB, 256 * KiB, 32 * MiB, &n, &bytes);
+    w->kept = malloc(n * sizeof *w->kept);
+    w->kept_n = n;
+    w->kept_bytes = bytes;
+    pthread_barrier_wait(&start_line);
+    site_keep(w->kept, keep, n);
+    free(keep);
+    for (int r = 0; r < ROUNDS; r++) {
+        size_t *sz = draw_sizes(&rng, 16, 64 * KiB, 2 * MiB, &n, &bytes);
+        batch_t *b = malloc(sizeof *b + n * sizeof(void *));
+        b->n = n;
+        site_churn(b->p, sz, n);
+        free(sz);
+        pthread_mutex_lock(&next->lock);      /* the next thread frees it */
+        b->next = next->inbox;
+        next->inbox = b;
+        pthread_mutex_unlock(&next->lock);
+        pthread_mutex_lock(&w->lock);
+        batch_t *in = w->inbox;
+        w->inbox = NULL;
+        pthread_mutex_unlock(&w->lock);
+        free_batches(in);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    pthread_t t[NTHREADS];
+    pthread_barrier_init(&start_line, NULL, NTHREADS);
+    for (int i = 0; i < NTHREADS; i++) {
+        workers[i] = (worker_t){ .id = i };
+        pthread_mutex_init(&workers[i].lock, NULL);
+    }
+    for (int i = 0; i < NTHREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, worker, &workers[i]), 0);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&start_line);
+    size_t kept = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        free_batches(workers[i].inbox);     /* the last batches: freed by this thread */
+        workers[i].inbox = NULL;
+        kept += workers[i].kept_bytes;
+    }
+    char path[320];
+    path_in_dir(path, sizeof path, "threads.heap");
+    assert_int_equal(hak_profile_dump(path), 0);
+    site_t sites[2] = { SITE_OF(churn), SITE_OF(keep) };
+    prof_t pr;
+    parse_profile(path, sites, 2, &pr);
+    print_message("site_churn: %.1f MiB estimated in use (all freed); site_keep: %.1f MiB "
+                  "(true %.1f MiB); elsewhere %.1f MiB\n", pr.bytes[0] / MiB, pr.bytes[1] / MiB,
+                  (double)kept / MiB, pr.other / MiB);
+    if (pr.bytes[0] != 0) fail_msg("freed blocks of site_churn still in the profile");
+    double err = pr.bytes[1] / (double)kept - 1;
+    if (err > 0.25 || err < -0.25) fail_msg("site_keep estimate %+.1f %% off", 100 * err);
+    for (int i = 0; i < NTHREADS; i++) {
+        free_all(workers[i].kept, workers[i].kept_n);
+        free(workers[i].kept);
+        pthread_mutex_destroy(&workers[i].lock);
+    }
+    assert_int_equal(hak_profile_dump(path), 0);
+    parse_profile(path, sites, 2, &pr);
+    if (pr.bytes[0] != 0 || pr.bytes[1] != 0) fail_msg("freed blocks still in the profile");
+}
+
+/* ---- fork -------------------------------------------------------------------------- */
+static void test_fork(void **state)
+{
+    (void)state;
+    uint64_t rng = 7;
+    size_t n, bytes;
+    size_t *sz = draw_sizes(&rng, 64 * KiB, 512 * KiB, 64 * MiB, &n, &bytes);
+    void **mine = malloc(n * sizeof *mine);
+    site_parent(mine, sz, n);
+    fflush(NULL);              /* no buffered output twice */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);           /* its leak report */
+        void **theirs = malloc(n * sizeof *theirs);
+        site_child(theirs, sz, n);
+        exit(0);                      /* writes prof.<its pid> */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char child_path[320], parent_path[320], name[64];
+    snprintf(name, sizeof name, "prof.%d", (int)pid);
+    path_in_dir(child_path, sizeof child_path, name);
+    snprintf(name, sizeof name, "prof.%d", (int)getpid());
+    path_in_dir(parent_path, sizeof parent_path, name);
+    site_t sites[2] = { SITE_OF(parent), SITE_OF(child) };
+    prof_t pr;
+    parse_profile(child_path, sites, 2, &pr);
+    print_message("child %d: site_parent %.1f MiB, site_child %.1f MiB (true %.1f MiB each)\n",
+                  (int)pid, pr.bytes[0] / MiB, pr.bytes[1] / MiB, (double)bytes / MiB);
+    if (pr.bytes[0] <= 0 || pr.bytes[1] <= 0) fail_msg("the child's profile misses a site");
+    if (access(parent_path, F_OK) == 0) fail_msg("%s written before the parent exits", parent_path);
+    path_in_dir(parent_path, sizeof parent_path, "parent.heap");
+    assert_int_equal(hak_profile_dump(parent_path), 0);
+    parse_profile(parent_path, sites, 2, &pr);
+    if (pr.bytes[0] <= 0 || pr.bytes[1] != 0)
+        fail_msg("the parent's profile: site_parent %.1f MiB, site_child %.1f MiB", pr.bytes[0] / MiB,
+                 pr.bytes[1] / MiB);
+    free_all(mine, n);
+    free(mine);
+    free(sz);
+}
+
+/* ---- the signal ------------------------------------------------------------------- */
+/* HAKMEM_PROFILE_SIGNAL=SIGUSR2: the handler sets a flag; the next sampled
+ * allocation writes prof.<pid>.N. */
+static void test_signal_dump(void **state)
+{
+    (void)state;
+    char path[320], name[64];
+    snprintf(name, sizeof name, "prof.%d.1", (int)getpid());
+    path_in_dir(path, sizeof path, name);
+    assert_int_equal(raise(SIGUSR2), 0);
+    void *p[256];
+    int i = 0;
+    for (; i < 256 && access(path, F_OK) != 0; i++) p[i] = HAK_STD(malloc)(64 * KiB);
+    print_message("%s written after %d allocations of 64 KiB\n", name, i);
+    if (access(path, F_OK) != 0) fail_msg("no %s after %d allocations of 64 KiB", path, i);
+    free_all(p, (size_t)i);
+    prof_t pr;
+    parse_profile(path, NULL, 0, &pr);
+    char folded[340];
+    snprintf(folded, sizeof folded, "%s.folded", path);
+    assert_int_equal(access(folded, R_OK), 0);
+}
+
+/* ---- fork in the middle of stack walks ---------------------------------------------- */
+/* Threads sample almost every allocation (HAKMEM_PROFILE_RATE=64), so
+ * stack walks are under way whenever the main thread forks; each child
+ * samples too.  A child that inherited an unwinder's lock held by a walk
+ * would hang at its first sample.  The walkers are short-lived threads: a
+ * thread's first samples take the unwinder's slow, locking path. */
+static atomic_bool walks_stop;
+
+static void *short_walker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 40; i++) {
+        void *p = malloc(100);
+        *(volatile char *)p = 1;
+        free(p);
+    }
+    return NULL;
+}
+
+static void *walker(void *arg)
+{
+    while (!atomic_load(&walks_stop)) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, short_walker, arg) == 0) pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
+static int fork_during_walks(void)
+{
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, walker, NULL);
+    int bad = 0;
+    for (int i = 0; i < 200 && !bad; i++) {
+        pid_t pid = fork();
+        if (pid < 0) { bad = 1; break; }
+        if (pid == 0) {
+            for (int k = 0; k < 8; k++) free(malloc(1000));
+            _exit(0);
+        }
+        int st = 0, waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0) {
+            if (++waited > 10000) {           /* 10 s: hung */
+                fprintf(stderr, "fork %d: the child hangs\n", i);
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+                bad = 1;
+                break;
+            }
+            usleep(1000);
+        }
+        if (!bad && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) bad = 1;
+    }
+    atomic_store(&walks_stop, true);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    return bad;
+}
+
+static void test_fork_during_walks(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("HAK_PROFILE_FORK_WALKS", "1", 1);
+        setenv("HAKMEM_PROFILE_RATE", "64", 1);
+        setenv("HAKMEM_PROFILE_LEAKS", "0", 1);
+        char *args[] = { "test_profile", NULL };
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- the run ------------------------------------------------------------------------- */
+static void remove_dir(void)
+{
+    DIR *d = opendir(g_dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    char path[600];
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", g_dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (getenv("HAK_PROFILE_FORK_WALKS") != NULL) _exit(fork_during_walks());
+    const char *dir = getenv("HAK_PROFILE_TEST_DIR");
+    if (dir == NULL) {            /* again, with the profiler on */
+        char tmpl[] = "/tmp/hakmem-profile-test.XXXXXX";
+        if (mkdtemp(tmpl) == NULL) return 1;
+        char prof[300];
+        snprintf(prof, sizeof prof, "%s/prof.%%p", tmpl);
+        setenv("HAK_PROFILE_TEST_DIR", tmpl, 1);
+        setenv("HAKMEM_PROFILE", prof, 1);
+        setenv("HAKMEM_PROFILE_LEAKS", "1", 1);
+        setenv("HAKMEM_PROFILE_SIGNAL", "12", 1);       /* SIGUSR2 */
+        unsetenv("HAKMEM_PROFILE_RATE");
+        execv("/proc/self/exe", argv);
+        return 1;
+    }
+    snprintf(g_dir, sizeof g_dir, "%s", dir);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accuracy),
+        cmocka_unit_test(test_pprof),
+        cmocka_unit_test(test_sampled_blocks),
+        cmocka_unit_test(test_sampled_double_free),
+        cmocka_unit_test(test_leak_report),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_fork_during_walks),
+        cmocka_unit_test(test_signal_dump),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    remove_dir();
+    fflush(stdout);
+    _exit(rc);        /* no profile and leak report of this process at exit */
+}
