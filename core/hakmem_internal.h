@@ -1,7 +1,7 @@
-/* hakmem — what the files of core/ call of each other, by file, from the
- * bottom layer up (docs/ARCHITECTURE.md, "Layers").  The configuration is
- * in hakmem_config.h, the data structures in hakmem_types.h, the platform
- * layer in hakmem_os.h. */
+/* hakmem — what the files of core/ call of each other, grouped by the file
+ * that defines it (which layer calls which: docs/ARCHITECTURE.md, section
+ * 0).  The configuration is in hakmem_config.h, the data structures in
+ * hakmem_types.h, the platform layer in hakmem_os.h. */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H
 

@@ -47,6 +47,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -214,17 +215,27 @@ static inline __attribute__((always_inline)) int walk_stack(uintptr_t *pc, void 
     return 1;
 }
 
-/* One stack walk at a time, and fork() waits for the one under way: the
- * unwinders' own locks (libunwind's caches, libgcc's list of objects) are
- * not reset in a child, which would hang at its first sample had the
- * parent forked in the middle of a walk.  A walk holds no other lock of
- * hakmem's, so fork takes this one first. */
-static hak_lock_t walk_lock;
+/* fork() waits for the stack walks under way: the unwinders' own locks
+ * (libunwind's caches, libgcc's list of objects) are not reset in a child,
+ * which would hang at its first sample had the parent forked in the middle
+ * of a walk.  walks_active counts the walks in its low bits and the forks
+ * under way in units of WALKS_FORK; a fork waits for the walks to drain, and
+ * meanwhile a sample records only its caller.
+ * Walks run side by side (a lock here cost Larson's two threads a fifth of
+ * their throughput).  A walk holds no lock of hakmem's, so fork waits for
+ * them first. */
+#define WALKS_FORK  (1u << 20)
+#define WALKS_COUNT (WALKS_FORK - 1)
+static _Atomic unsigned walks_active;
 
 static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void *caller) {
-    hak_lock(&walk_lock);
+    if (atomic_fetch_add_explicit(&walks_active, 1, memory_order_acquire) >= WALKS_FORK) {
+        atomic_fetch_sub_explicit(&walks_active, 1, memory_order_release);
+        pc[0] = (uintptr_t)caller;
+        return 1;
+    }
     int n = walk_stack(pc, caller);
-    hak_unlock(&walk_lock);
+    atomic_fetch_sub_explicit(&walks_active, 1, memory_order_release);
     return n;
 }
 
@@ -247,6 +258,20 @@ typedef struct prof_rec {
 } prof_rec_t;
 
 static hak_lock_t prof_lock;          /* everything below              */
+/* Set while this thread holds prof_lock: what it allocates meanwhile (a
+ * purger's thread stack when a heap's unlock starts one, say) is not
+ * sampled, which would take prof_lock again. */
+static __thread bool tls_prof_locked;
+
+static void prof_lock_take(void) {
+    hak_lock(&prof_lock);
+    tls_prof_locked = true;
+}
+
+static void prof_lock_drop(void) {
+    tls_prof_locked = false;
+    hak_unlock(&prof_lock);
+}
 static prof_stack_t **stack_idx;      /* open addressing, by hash      */
 static size_t stack_idx_cap, stack_count;
 static prof_stack_t *stack_all;
@@ -469,7 +494,7 @@ static inline __attribute__((always_inline)) void *sample_block(size_t size, voi
     if (ph == NULL) return NULL;
     unsigned cls = (unsigned)hak_size_class(size);
     void *p = NULL;
-    hak_lock(&prof_lock);
+    prof_lock_take();
     prof_rec_t *r = record_begin(size, pc, n);
     if (r != NULL) {
         if (hak_class_take(ph, cls, &p, 1) == 1) {
@@ -479,7 +504,7 @@ static inline __attribute__((always_inline)) void *sample_block(size_t size, voi
             rec_release(r);
         }
     }
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return p;
 }
 
@@ -497,7 +522,7 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
         left = draw_distance(h);
         /* Not in a heap borrowed under heap_lock (hak_alloc_without_heap):
          * prof_lock and a dump's wait for the loader's lock come after it. */
-        if (hak_heap_state(h) == HAK_HEAP_ACTIVE) {
+        if (hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked) {
             if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
                 dump_on_signal();
             p = sample_block(size, __builtin_return_address(0));
@@ -517,7 +542,7 @@ bool hak_profile_large_due(size_t size) {
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
     h->sample_left = draw_distance(h);
-    return hak_heap_state(h) == HAK_HEAP_ACTIVE;
+    return hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked;
 }
 
 /* A sampled large block: its own mapping already; only a record. */
@@ -529,10 +554,10 @@ HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
         dump_on_signal();
     uintptr_t pc[PROF_MAX_FRAMES];
     int n = take_stack(pc, __builtin_return_address(0));
-    hak_lock(&prof_lock);
+    prof_lock_take();
     prof_rec_t *r = record_begin(size, pc, n);
     if (r != NULL) record_end(r, p);
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     h->sample_left = left;
 }
 
@@ -543,9 +568,9 @@ static void forget_locked(const void *p) {
 }
 
 void hak_profile_large_free(void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     forget_locked(p);
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 /* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check.
@@ -553,20 +578,20 @@ void hak_profile_large_free(void *p) {
  * gone: starting a thread allocates, and that allocation may be sampled
  * (which takes prof_lock). */
 void hak_profile_free(void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     forget_locked(p);
     hak_heap_lock(prof_heap);             /* so the return's unlock kicks nothing */
     hak_pool_return_block(prof_heap, p);  /* back to its slab; empty slabs retire */
     bool kick = prof_heap->purge_pending >= HAK_PURGE_KICK_MIN;
     if (kick) prof_heap->purge_pending = 0;
     hak_heap_unlock(prof_heap);
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     if (kick) hak_purge_kick();
 }
 
 /* A large realloc moved or resized a block. */
 void hak_profile_moved(void *from, void *to, size_t size) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t i = rec_find(from);
     if (i != SIZE_MAX) {
         prof_rec_t *r = rec_remove_at(i);
@@ -574,22 +599,22 @@ void hak_profile_moved(void *from, void *to, size_t size) {
         r->size = size;
         rec_put(r);         /* one entry just left: room */
     }
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 bool hak_profile_has_record(const void *p) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     bool found = rec_find(p) != SIZE_MAX;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return found;
 }
 
 /* realloc kept a sampled block for a new size. */
 void hak_profile_resized(void *p, size_t size) {
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t i = rec_find(p);
     if (i != SIZE_MAX) rec_idx[i]->size = size;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
 }
 
 /* ---- dumps ----------------------------------------------------------------------- */
@@ -608,12 +633,12 @@ typedef struct {
 
 static bool snapshot_take(snapshot_t *sn) {
     memset(sn, 0, sizeof *sn);
-    hak_lock(&prof_lock);
+    prof_lock_take();
     size_t len = rec_count * sizeof(snap_rec_t) + stack_count * sizeof(snap_stack_t) + 4096;
     len = (len + 4095) & ~(size_t)4095;
     char *m = map_zeroed(len);
     if (m == NULL) {
-        hak_unlock(&prof_lock);
+        prof_lock_drop();
         return false;
     }
     sn->map = m;
@@ -628,7 +653,7 @@ static bool snapshot_take(snapshot_t *sn) {
     for (prof_stack_t *s = stack_all; s != NULL; s = s->all_next)
         sn->stk[sn->nstk++] = (snap_stack_t){ s, s->alloc_count, s->alloc_bytes };
     sn->dropped = dropped;
-    hak_unlock(&prof_lock);
+    prof_lock_drop();
     return true;
 }
 
@@ -1065,13 +1090,19 @@ __attribute__((destructor)) static void profile_at_exit(void) {
     if (h != NULL) h->sample_left = left;
 }
 
-void hak_profile_fork_prepare(void) { hak_lock(&walk_lock); }
-void hak_profile_fork_parent(void) { hak_unlock(&walk_lock); }
+void hak_profile_fork_prepare(void) {
+    atomic_fetch_add_explicit(&walks_active, WALKS_FORK, memory_order_acq_rel);
+    while (atomic_load_explicit(&walks_active, memory_order_acquire) & WALKS_COUNT)
+        sched_yield();
+}
+void hak_profile_fork_parent(void) {
+    atomic_fetch_sub_explicit(&walks_active, WALKS_FORK, memory_order_release);
+}
 void hak_profile_lock_all(void) { hak_lock(&prof_lock); }
 void hak_profile_unlock_all(void) { hak_unlock(&prof_lock); }
 
 /* The child of fork(): a dump another thread was writing died with it. */
 void hak_profile_fork_child(void) {
     atomic_store_explicit(&dump_lock.held, 0, memory_order_relaxed);
-    hak_unlock(&walk_lock);
+    atomic_store_explicit(&walks_active, 0, memory_order_relaxed);
 }

@@ -34,7 +34,13 @@ static inline void hak_pool_free(hak_heap_t *h, hak_ring_t *r, void *p) {
     uint32_t n = r->count;
     if (hak_likely(n < r->cap)) {
         r->slot[n] = p;
+        /* One `addl` on memory: from C gcc keeps n and n + 1 in two
+         * registers (a copy and an add, then a store). */
+#if defined(__x86_64__) && defined(__GNUC__)
+        __asm__("addl $1, %0" : "+m"(r->count));
+#else
         r->count = n + 1;
+#endif
         return;
     }
     hak_pool_free_ring_full(h, r, p);
