@@ -34,7 +34,7 @@
  *
  * test_fork_while_purge_due  (delay 50 ms)
  *     A thread keeps freeing and reallocating 16 MiB, so purges are due all
- *     the time, while the main thread forks 20 times.  Each child checks a
+ *     the time, while the main thread forks 8 times (x STRESS_SCALE).  Each child checks a
  *     block it inherited, allocates and frees 48 MiB over every tier and
  *     waits for half of it to go back (its own purger); the parent
  *     waits for every child with a time limit, so a lock inherited held
@@ -380,8 +380,8 @@ static int child_fork(void)
     if (pthread_create(&t, NULL, churner, NULL) != 0) return 1;
     item_t inherited;
     item_new(&inherited, 3000, 42, "inherited");
-    int bad = 0;
-    for (int k = 0; k < 20 && !bad; k++) {
+    int bad = 0, forks = (int)st_scaled(8, 4);
+    for (int k = 0; k < forks && !bad; k++) {
         sleep_ms(15);
         pid_t pid = fork();
         if (pid < 0) { printf("FAIL: fork\n"); bad = 1; break; }
@@ -420,7 +420,7 @@ static int child_fork(void)
     atomic_store(&churn_stop, 1);
     pthread_join(t, NULL);
     item_free(&inherited, "parent-inherited");
-    printf("fork: 20 children forked while purges were due: %s\n", bad ? "failed" : "ok");
+    printf("fork: %d children forked while purges were due: %s\n", forks, bad ? "failed" : "ok");
     return bad || atomic_load(&stress_errors) != 0;
 }
 
