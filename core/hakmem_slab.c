@@ -250,9 +250,33 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
     hak_ss_span_free(h, s);
 }
 
-/* An empty queued slab goes back to its SuperSlab unless it is the class's
- * only one (a class that empties and refills should not thrash) and the heap
- * keeps spares; an empty parked slab always does. */
+/* Whether the heap keeps empty queued slab s for its class's next
+ * refills.  A class whose slabs empty and refill in turn (blocks handed to
+ * another thread and freed there; an L2.5 slab holds one to a few blocks)
+ * would otherwise free a span and make a new slab every few blocks.
+ * Retiring would give nothing back anyway: the span's pages stay resident
+ * until the purge delay.  Slabs whose free blocks give their pages back by
+ * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
+ * or 4 MiB per class; the others one, as their pages stay until they are
+ * retired.  Counted by a walk of the queue: a queue longer than twice the
+ * bound has room enough without s. */
+static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
+    if (!h->keep_spares) return false;
+    unsigned keep = 1;
+    if (hak_slab_purgeable(s)) {
+        keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
+        if (keep > 16) keep = 16;
+    }
+    unsigned seen = 0, empty = 0;
+    for (hak_slab_t *o = h->queue_head[s->cls]; o != &hak_empty_slab && o != NULL; o = o->next) {
+        if (++seen > 2 * keep) return false;
+        if (o != s && slab_used(o) == 0 && ++empty >= keep) return false;
+    }
+    return true;
+}
+
+/* An empty queued slab goes back to its SuperSlab unless the heap keeps it
+ * (above); an empty parked slab always does. */
 static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
     if (slab_used(s) != 0 || s->notify_pending) return false;
     /* Parked without NOTIFY: a remote freer took the notification and may
@@ -261,7 +285,7 @@ static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
         s->notify_pending = 1;
         return false;
     }
-    if (!slab_is_parked(s) && s->prev == NULL && s->next == NULL && h->keep_spares) return false;
+    if (!slab_is_parked(s) && slab_keep_empty(h, s)) return false;
     slab_retire(h, s);
     return true;
 }

@@ -142,15 +142,21 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     hak_os_retire_range(ss, HAK_CHUNK_SIZE);
 }
 
-/* First run of npages free pages starting at a multiple of align_pages.
- * Page 0 also holds the header: only Tiny slabs use it, since their blocks
- * stay naturally aligned at HAK_SS_DATA0 and a page there still holds many. */
+/* First run of npages free pages starting at a multiple of align_pages (a
+ * power of two), or -1.  Page 0 also holds the header: only Tiny slabs use
+ * it, since their blocks stay naturally aligned at HAK_SS_DATA0 and a page
+ * there still holds many.  Bit operations rather than a scan of the 64
+ * pages: a span allocation may look at every SuperSlab of the heap. */
 static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, bool page0) {
-    uint64_t want = (((uint64_t)1 << npages) - 1);
-    unsigned first = page0 ? 0 : align_pages;
-    for (unsigned i = first; i + npages <= HAK_SS_PAGES; i += align_pages)
-        if (((free_pages >> i) & want) == want) return (int)i;
-    return -1;
+    uint64_t r = free_pages;        /* bit i: the `have` pages from i are free */
+    for (unsigned have = 1; have < npages;) {
+        unsigned step = have < npages - have ? have : npages - have;
+        r &= r >> step;
+        have += step;
+    }
+    r &= ~(uint64_t)0 / (((uint64_t)1 << align_pages) - 1);   /* multiples of align */
+    if (!page0) r &= ~(uint64_t)1;
+    return r != 0 ? __builtin_ctzll(r) : -1;
 }
 
 static void ss_revive(hak_heap_t *h, hak_superslab_t *ss) {
