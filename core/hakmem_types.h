@@ -196,9 +196,10 @@ typedef struct hak_heap {
                                                  SuperSlab state check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
-    bool             keep_spares;  /* keep an empty slab per class and one
-                                      empty SuperSlab: off while trimming and
-                                      for abandoned heaps                   */
+    bool             keep_spares;  /* keep empty slabs per class
+                                      (slab_keep_empty) and one empty
+                                      SuperSlab: off while trimming and for
+                                      abandoned heaps                       */
     size_t           purge_pending; /* owner: bytes stamped for the purger
                                       since it was last made sure of        */
     _Atomic bool     trim_request; /* malloc_trim from another thread: flush
