@@ -39,20 +39,20 @@ static uint64_t span_mul(uint32_t bs) {
 void hak_span_check_sync(const hak_slab_t *s, bool carved_only) {
     hak_superslab_t *ss = hak_ss_of(s);
     unsigned idx = (unsigned)(s - ss->slabs);
-    hak_span_check_t c = { 0, 0, 0 };
+    hak_span_check_t c = { 0, 0 };
+    uint32_t start = 0;
     if (s->tier != HAK_TIER_NONE) {
         uint32_t bs = hak_class_block_size[s->cls];
-        uintptr_t first = (uintptr_t)ss + hak_slab_data_offset(idx);
+        start = (uint32_t)((uintptr_t)ss + hak_slab_data_offset(idx));
         c.mul = span_mul(bs);
-        c.start = (uint32_t)first;
         c.limit = (uint64_t)s->carved * (uint64_t)(bs * c.mul);
     }
     for (unsigned i = 0; i < s->npages; i++) {
-        hak_span_check_t *to = &ss->slabs[idx + i].check;
-        __atomic_store_n(&to->limit, c.limit, __ATOMIC_RELAXED);
+        hak_slab_t *to = &ss->slabs[idx + i];
+        __atomic_store_n(&to->check.limit, c.limit, __ATOMIC_RELAXED);
         if (carved_only) continue;
-        to->mul = c.mul;
-        to->start = c.start;
+        to->check.mul = c.mul;
+        to->check_start = start;
     }
 }
 
@@ -60,10 +60,10 @@ void hak_span_check_sync(const hak_slab_t *s, bool carved_only) {
 void hak_free_check_fail(void *p) {
     const char *why;
     hak_superslab_t *ss = hak_ss_of(p);
-    const hak_span_check_t *c = &hak_page_desc_of(p)->check;
-    uint64_t limit = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
+    const hak_slab_t *d = hak_page_desc_of(p);
+    uint64_t limit = __atomic_load_n(&d->check.limit, __ATOMIC_RELAXED);
     const hak_slab_t *s = &ss->slabs[ss->page_head[hak_page_of(p)]];
-    uint32_t off = (uint32_t)(uintptr_t)p - c->start;
+    uint32_t off = (uint32_t)(uintptr_t)p - d->check_start;
     if (limit == 0) {
         why = "free(): not a live block (double free, or a page with no slab)";
     } else if (off >= (uint32_t)HAK_CHUNK_SIZE) {

@@ -96,6 +96,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->capacity = (uint16_t)((limit - start) / hak_class_block_size[cls]);
     s->released = 0;
     s->purge_mark = s->capacity;
+    s->unpark_used = (uint16_t)(s->capacity - slab_unpark_min(s));
     /* The other pages' descriptors mirror owner, tier and class, so a free
      * into any page of the span takes the fast path to the ring. */
     for (unsigned i = 1; i < s->npages; i++) {
@@ -378,7 +379,7 @@ static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
  * eighth free): that answer comes first, with nothing to save. */
 void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
     uint32_t used = s->used & ~HAK_SLAB_PARKED;
-    if ((s->used & HAK_SLAB_PARKED) && used != 0 && s->capacity - used < slab_unpark_min(s)) return;
+    if ((s->used & HAK_SLAB_PARKED) && used != 0 && used > s->unpark_used) return;
     free_slow_act(h, s);
 }
 

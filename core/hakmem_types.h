@@ -85,13 +85,13 @@ struct hak_ring;
 #define HAK_SLAB_PARKED 0x80000000u
 
 /* The free check's view of a page's slab (box/free_check_box.h): blocks
- * start at the address whose low 32 bits are `start`; a pointer is a block
- * start handed out at some time exactly when (its low 32 bits - start) * mul
- * (mod 2^64) < limit.  limit 0: no live slab on the page. */
+ * start at the address whose low 32 bits are the descriptor's check_start;
+ * a pointer is a block start handed out at some time exactly when (its low
+ * 32 bits - check_start) * mul (mod 2^64) < limit.  limit 0: no live slab
+ * on the page. */
 typedef struct hak_span_check {
     uint64_t mul;
     uint64_t limit;    /* 64 bits so the compare takes it straight from memory */
-    uint32_t start;
 } hak_span_check_t;
 
 /* One slab, two cache lines: the first holds all the free path reads and
@@ -111,6 +111,10 @@ typedef struct hak_slab {
     struct hak_ring *ring;        /* the owner's ring for this class (for a
                                      Tiny class the empty ring)              */
     hak_span_check_t check;       /* the page's copy of its span's check     */
+    uint32_t         check_start; /* ... and of its start (low 32 bits)      */
+    uint16_t         unpark_used; /* a parked slab with more blocks out than
+                                     this stays parked (slab_unpark_min): a
+                                     free into it reads nothing else          */
     struct hak_heap *tiny_owner;  /* owner if the tier is HAK_TIER_TINY, else
                                      NULL: the free path's owner test and
                                      tier test in one compare                */

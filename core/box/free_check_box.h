@@ -41,8 +41,9 @@ HAK_INTERNAL void hak_free_check_fail(void *p) __attribute__((cold));
  * not fold an atomic load into a compare: one instruction more on every
  * free). */
 static inline bool hak_block_start(const void *p) {
-    const hak_span_check_t *c = &hak_page_desc_of(p)->check;
-    uint32_t off = (uint32_t)(uintptr_t)p - c->start;
+    const hak_slab_t *d = hak_page_desc_of(p);
+    const hak_span_check_t *c = &d->check;
+    uint32_t off = (uint32_t)(uintptr_t)p - d->check_start;
     uint64_t scaled = (uint64_t)off * c->mul;
 #if defined(__x86_64__) && defined(__GNUC__)
     __asm__ goto("cmpq %1, %0\n\tjae %l[outside]" : : "r"(scaled), "m"(c->limit) : "cc" : outside);
