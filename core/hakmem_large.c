@@ -9,7 +9,8 @@
  * (their pages moved by mremap into a new range: no faults, no copy),
  * adjacent ranges merge, and realloc grows into the cached range right
  * after a block before it asks mremap.  So a program that replaces big
- * buffers of varying sizes reuses the same memory without page faults.
+ * buffers of varying sizes reuses the same memory without page faults;
+ * where a block's pages are new, huge pages make them 1/512 of the faults.
  * A range goes back to the OS once it has stayed unused for the purge delay
  * (hak_large_purge, from the purger), when the cache is over its byte bound
  * (oldest first), or when a mapping fails (make_room). */
@@ -217,7 +218,22 @@ void hak_large_lock_all(void)   { hak_lock(&cache_lock); }
 void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
 
 /* ---- blocks ------------------------------------------------------------------ */
-/* A fresh range for large blocks, tagged and counted. */
+/* Huge pages (2 MiB) for the whole ones a block's bytes cover: a block is
+ * written whole more often than not (a zero-filled buffer), and one fault
+ * per 2 MiB is 1/512 of the faults.  Not past the bytes asked for: the huge
+ * page the block ends in would be resident whole.  So mappings may also
+ * begin or end on a huge-page boundary inside a chunk: moves split there. */
+#define LARGE_HUGE ((size_t)2 << 20)
+
+/* [p, p + len) is to hold a block's `used` bytes (offset included).  A
+ * reused range keeps what earlier blocks asked for, so its rest is set too. */
+static void huge_pages(char *p, size_t len, size_t used, bool reused) {
+    size_t h = used & ~(LARGE_HUGE - 1);
+    if (h) hak_os_hugepages(p, h, true);
+    if (reused && h < len) hak_os_hugepages(p + h, len - h, false);
+}
+
+/* A fresh range for large blocks, tagged. */
 static char *map_large(size_t len, size_t align) {
     char *p = hak_os_map_tagged(len, align, HAK_CHUNK_LARGE);
     if (p == NULL) return NULL;
@@ -231,17 +247,17 @@ static char *map_large(size_t len, size_t align) {
  * it and tag it, and a late clear would erase that tag. */
 static void move_range(char *from, size_t len, char *to) {
     hak_chunk_map_set(from, len, HAK_CHUNK_NONE);
-    hak_os_move_pages(from, len, to, HAK_CHUNK_SIZE);
+    hak_os_move_pages(from, len, to, LARGE_HUGE);
     hak_os_retire_moved(from, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 
-/* A new range of len bytes made of the cached pieces, moved into it one
- * after the other (page-table moves: no faults, nothing copied); the rest
- * is fresh.  With zero, [off, off + zero) must read as zero: only the
- * moved parts of it are cleared.  NULL if no range could be mapped: the
- * pieces are then given back, so that a fresh mapping has room. */
-static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_t zero) {
+/* A new range of len bytes for a block of `size` bytes at `off`, made of
+ * the cached pieces moved into it one after the other (page-table moves:
+ * no faults, nothing copied); the rest is fresh.  For calloc (zero) only
+ * the moved parts of the block are cleared.  NULL if no range could be
+ * mapped: the pieces are then given back, so that a fresh mapping has room. */
+static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_t size, bool zero) {
     char *nb = map_large(len, HAK_CHUNK_SIZE);
     if (nb == NULL) {
         for (unsigned i = 0; i < n; i++) release(pc[i].base, pc[i].len);
@@ -251,10 +267,11 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
     for (unsigned i = 0; i < n; i++) {
         move_range(pc[i].base, pc[i].len, nb + at);
         size_t lo = at > off ? at : off, hi = at + pc[i].len;
-        if (hi > off + zero) hi = off + zero;
-        if (lo < hi) memset(nb + lo, 0, hi - lo);
+        if (hi > off + size) hi = off + size;
+        if (zero && lo < hi) memset(nb + lo, 0, hi - lo);
         at += pc[i].len;
     }
+    huge_pages(nb, len, off + size, true);
     return nb;
 }
 
@@ -277,9 +294,10 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         size_t got = cache_take(len, pc, &n);
         if (n == 1 && got == len) {
             base = pc[0].base;
+            huge_pages(base, len, off + size, true);
             if (zero) memset(base + off, 0, size);   /* it was used */
         } else if (n > 0) {
-            base = gather(len, pc, n, off, zero ? size : 0);
+            base = gather(len, pc, n, off, size, zero);
         }
     }
     if (base == NULL) {
@@ -289,6 +307,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
             errno = ENOMEM;
             return NULL;
         }
+        huge_pages(base, len, off + size, false);
     }
     return block_at(base, len, off);
 }
@@ -357,6 +376,7 @@ void *hak_large_realloc(void *p, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
+    huge_pages(nb, new_len, off + size, false);
     move_range(base, len, nb);
     errno = saved;
     return block_at(nb, new_len, off);

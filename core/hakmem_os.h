@@ -52,6 +52,9 @@ HAK_OS_INTERNAL void  hak_os_shrink_in_place(void *base, size_t len, size_t new_
  * `unit`, where every mapping boundary in it lies), and a piece of one
  * unit that still cannot be moved is copied. */
 HAK_OS_INTERNAL void  hak_os_move_pages(void *from, size_t len, void *to, size_t unit);
+/* Ask for huge pages in [p, p + len) (on), or for none (off): a hint to the
+ * OS, which faults in a whole huge page at once where it can. */
+HAK_OS_INTERNAL void  hak_os_hugepages(void *p, size_t len, bool on);
 /* Size of the OS's pages. */
 HAK_OS_INTERNAL size_t hak_os_page_size(void);
 

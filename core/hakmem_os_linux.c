@@ -128,6 +128,12 @@ void hak_os_move_pages(void *from, size_t len, void *to, size_t unit) {
     errno = saved;
 }
 
+void hak_os_hugepages(void *p, size_t len, bool on) {
+    int saved = errno;
+    madvise(p, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    errno = saved;
+}
+
 size_t hak_os_page_size(void) {
     static size_t cached;
     if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);
