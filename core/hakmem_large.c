@@ -5,9 +5,12 @@
  *
  * Freed mappings are kept, resident, in a cache of address ranges: a new
  * block of any size takes the best-fitting range (split: the rest stays
- * cached), adjacent ranges merge, and realloc grows into the cached range
- * right after a block before it asks mremap.  So a program that replaces
- * big buffers of varying sizes reuses the same memory without page faults.
+ * cached) or, when no one range is big enough, is gathered from several
+ * (their pages moved by mremap into a new range: no faults, no copy),
+ * adjacent ranges merge, and realloc grows into the cached range right
+ * after a block before it asks mremap.  So a program that replaces big
+ * buffers of varying sizes reuses the same memory without page faults;
+ * where a block's pages are new, huge pages make them 1/512 of the faults.
  * A range goes back to the OS once it has stayed unused for the purge delay
  * (hak_large_purge, from the purger), when the cache is over its byte bound
  * (oldest first), or when a mapping fails (make_room). */
@@ -48,6 +51,7 @@ static char *block_at(char *base, size_t len, size_t off) {
 #define LARGE_CACHE_BYTES ((size_t)1 << 30)
 
 typedef struct { char *base; size_t len; uint32_t at; } range_t;
+typedef struct { char *base; size_t len; } piece_t;
 
 static hak_lock_t cache_lock;
 static range_t cache[LARGE_CACHE_SLOTS];
@@ -85,18 +89,31 @@ static char *cache_cut(unsigned i, size_t len) {
     return base;
 }
 
-/* The smallest cached range of at least len bytes (chunk multiples, so any
- * split keeps every part chunk-aligned). */
-static char *cache_take(size_t len) {
-    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return NULL;
-    char *base = NULL;
+/* Up to len bytes from the cache, in pieces: the smallest range that holds
+ * them all, or else the biggest range and so on for the rest (few pieces:
+ * each costs a move).  Ranges are chunk multiples, so any split keeps every
+ * part chunk-aligned.  Returns the bytes taken. */
+static size_t cache_take(size_t len, piece_t *pc, unsigned *n) {
+    *n = 0;
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return 0;
+    size_t got = 0;
     hak_lock(&cache_lock);
-    int best = -1;
-    for (unsigned i = 0; i < cache_count; i++)
-        if (cache[i].len >= len && (best < 0 || cache[i].len < cache[best].len)) best = (int)i;
-    if (best >= 0) base = cache_cut((unsigned)best, len);
+    while (got < len && cache_count > 0) {
+        size_t need = len - got;
+        unsigned best = cache_count, big = 0;
+        for (unsigned i = 0; i < cache_count; i++) {
+            if (cache[i].len >= need && (best == cache_count || cache[i].len < cache[best].len))
+                best = i;
+            if (cache[i].len > cache[big].len) big = i;
+        }
+        unsigned i = best < cache_count ? best : big;
+        size_t take = cache[i].len < need ? cache[i].len : need;
+        pc[*n] = (piece_t){ cache_cut(i, take), take };
+        (*n)++;
+        got += take;
+    }
     hak_unlock(&cache_lock);
-    return base;
+    return got;
 }
 
 /* The cached range starting exactly at `at`, if it has len bytes: realloc
@@ -201,6 +218,63 @@ void hak_large_lock_all(void)   { hak_lock(&cache_lock); }
 void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
 
 /* ---- blocks ------------------------------------------------------------------ */
+/* Huge pages (2 MiB) for the whole ones a block's bytes cover: a block is
+ * written whole more often than not (a zero-filled buffer), and one fault
+ * per 2 MiB is 1/512 of the faults.  Not past the bytes asked for: the huge
+ * page the block ends in would be resident whole.  So mappings may also
+ * begin or end on a huge-page boundary inside a chunk: moves split there. */
+#define LARGE_HUGE ((size_t)2 << 20)
+
+/* [p, p + len) is to hold a block's `used` bytes (offset included).  A
+ * reused range keeps what earlier blocks asked for, so its rest is set too. */
+static void huge_pages(char *p, size_t len, size_t used, bool reused) {
+    size_t h = used & ~(LARGE_HUGE - 1);
+    if (h) hak_os_hugepages(p, h, true);
+    if (reused && h < len) hak_os_hugepages(p + h, len - h, false);
+}
+
+/* A fresh range for large blocks, tagged. */
+static char *map_large(size_t len, size_t align) {
+    char *p = hak_os_map_tagged(len, align, HAK_CHUNK_LARGE);
+    if (p == NULL) return NULL;
+    atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
+    return p;
+}
+
+/* Move the pages of [from, from + len), a range of LARGE chunks that belongs
+ * to the caller, to `to` (mapped and tagged LARGE).  Untagged before the
+ * move: once the kernel has unmapped the old range another thread may map
+ * it and tag it, and a late clear would erase that tag. */
+static void move_range(char *from, size_t len, char *to) {
+    hak_chunk_map_set(from, len, HAK_CHUNK_NONE);
+    hak_os_move_pages(from, len, to, LARGE_HUGE);
+    hak_os_retire_moved(from, len);
+    atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
+}
+
+/* A new range of len bytes for a block of `size` bytes at `off`, made of
+ * the cached pieces moved into it one after the other (page-table moves:
+ * no faults, nothing copied); the rest is fresh.  For calloc (zero) only
+ * the moved parts of the block are cleared.  NULL if no range could be
+ * mapped: the pieces are then given back, so that a fresh mapping has room. */
+static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_t size, bool zero) {
+    char *nb = map_large(len, HAK_CHUNK_SIZE);
+    if (nb == NULL) {
+        for (unsigned i = 0; i < n; i++) release(pc[i].base, pc[i].len);
+        return NULL;
+    }
+    size_t at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        move_range(pc[i].base, pc[i].len, nb + at);
+        size_t lo = at > off ? at : off, hi = at + pc[i].len;
+        if (hi > off + size) hi = off + size;
+        if (zero && lo < hi) memset(nb + lo, 0, hi - lo);
+        at += pc[i].len;
+    }
+    huge_pages(nb, len, off + size, true);
+    return nb;
+}
+
 void *hak_large_alloc(size_t size, size_t align, bool zero) {
     if (align < HAK_LARGE_HDR) align = HAK_LARGE_HDR;
     /* The user pointer sits at `align` into the mapping; the header before it. */
@@ -215,17 +289,25 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     char *base = NULL;
     if (map_align == HAK_CHUNK_SIZE) {
-        base = cache_take(len);
-        if (base != NULL && zero) memset(base + off, 0, size);   /* it was used */
+        piece_t pc[LARGE_CACHE_SLOTS];
+        unsigned n;
+        size_t got = cache_take(len, pc, &n);
+        if (n == 1 && got == len) {
+            base = pc[0].base;
+            huge_pages(base, len, off + size, true);
+            if (zero) memset(base + off, 0, size);   /* it was used */
+        } else if (n > 0) {
+            base = gather(len, pc, n, off, size, zero);
+        }
     }
     if (base == NULL) {
         hak_ensure_init();
-        base = hak_os_map_tagged(len, map_align, HAK_CHUNK_LARGE);
+        base = map_large(len, map_align);
         if (base == NULL) {
             errno = ENOMEM;
             return NULL;
         }
-        atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
+        huge_pages(base, len, off + size, false);
     }
     return block_at(base, len, off);
 }
@@ -253,18 +335,9 @@ size_t hak_large_usable(const void *p) {
     return (size_t)(h->base + h->len - (const char *)p);
 }
 
-/* A copy, for a block mremap cannot move: one made of ranges the cache had
- * merged spans several kernel mappings, which mremap refuses. */
-static void *realloc_by_copy(void *p, size_t size, size_t old_usable) {
-    void *q = hak_large_alloc(size, 0, false);
-    if (q == NULL) return NULL;
-    memcpy(q, p, old_usable < size ? old_usable : size);
-    hak_large_free(p);
-    return q;
-}
-
 /* Resize in place or move the pages with mremap; NULL (errno ENOMEM) leaves
- * the block intact. */
+ * the block intact.  A block may span several kernel mappings (gathered, or
+ * made of ranges the cache merged): move_range moves it piece by piece. */
 void *hak_large_realloc(void *p, size_t size) {
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
@@ -298,26 +371,13 @@ void *hak_large_realloc(void *p, size_t size) {
         return p;
     }
     /* Move: reserve an aligned range and let the kernel move the pages there. */
-    /* Tagged before the move, and the old range untagged: once mremap has
-     * unmapped it another thread may map it and tag it, and a late clear
-     * would erase that tag. */
-    char *nb = hak_os_map_tagged(new_len, HAK_CHUNK_SIZE, HAK_CHUNK_LARGE);
+    char *nb = map_large(new_len, HAK_CHUNK_SIZE);
     if (nb == NULL) {
         errno = ENOMEM;
         return NULL;
     }
-    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
-    if (!hak_os_move(base, len, nb, new_len)) {
-        hak_chunk_map_set(base, len, HAK_CHUNK_LARGE);
-        hak_chunk_map_set(nb, new_len, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(nb, new_len);
-        void *q = realloc_by_copy(p, size, len - off);
-        if (q == NULL) errno = ENOMEM;
-        else errno = saved;
-        return q;
-    }
-    atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
-    hak_os_retire_moved(base, len);
+    huge_pages(nb, new_len, off + size, false);
+    move_range(base, len, nb);
     errno = saved;
     return block_at(nb, new_len, off);
 }

@@ -45,10 +45,16 @@ HAK_OS_INTERNAL size_t hak_os_address_limit(void);
 HAK_OS_INTERNAL bool  hak_os_grow_in_place(void *base, size_t len, size_t new_len);
 /* Shrink it back (cannot fail). */
 HAK_OS_INTERNAL void  hak_os_shrink_in_place(void *base, size_t len, size_t new_len);
-/* Move the pages of the mapping [from, from + len) to `to`, which is mapped
- * with new_len bytes and is replaced; the old range ends unmapped.  False
- * if the OS refuses (nothing moved). */
-HAK_OS_INTERNAL bool  hak_os_move(void *from, size_t len, void *to, size_t new_len);
+/* Move the pages of [from, from + len) to [to, to + len), which is mapped
+ * and is replaced; the old range ends unmapped.  Nothing is copied or
+ * faulted in, except that a range spanning several mappings, which the OS
+ * may refuse to move at once, goes piece by piece (split at multiples of
+ * `unit`, where every mapping boundary in it lies), and a piece of one
+ * unit that still cannot be moved is copied. */
+HAK_OS_INTERNAL void  hak_os_move_pages(void *from, size_t len, void *to, size_t unit);
+/* Ask for huge pages in [p, p + len) (on), or for none (off): a hint to the
+ * OS, which faults in a whole huge page at once where it can. */
+HAK_OS_INTERNAL void  hak_os_hugepages(void *p, size_t len, bool on);
 /* Size of the OS's pages. */
 HAK_OS_INTERNAL size_t hak_os_page_size(void);
 

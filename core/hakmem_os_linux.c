@@ -107,11 +107,31 @@ void hak_os_shrink_in_place(void *base, size_t len, size_t new_len) {
     errno = saved;
 }
 
-bool hak_os_move(void *from, size_t len, void *to, size_t new_len) {
+static void move_pages(char *from, size_t len, char *to, size_t unit) {
+    if (mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED) return;
+    if (len > unit) {
+        size_t half = len / 2 / unit * unit;
+        move_pages(from, half, to, unit);
+        move_pages(from + half, len - half, to + half, unit);
+        return;
+    }
+    /* A kernel that moves several mappings in one call may have moved some
+     * before it failed: what is gone from here is there already. */
+    if (msync(from, len, MS_ASYNC) != 0) return;
+    memcpy(to, from, len);
+    munmap(from, len);
+}
+
+void hak_os_move_pages(void *from, size_t len, void *to, size_t unit) {
     int saved = errno;
-    bool ok = mremap(from, len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, to) != MAP_FAILED;
+    move_pages(from, len, to, unit);
     errno = saved;
-    return ok;
+}
+
+void hak_os_hugepages(void *p, size_t len, bool on) {
+    int saved = errno;
+    madvise(p, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    errno = saved;
 }
 
 size_t hak_os_page_size(void) {

@@ -69,6 +69,7 @@ for size in $SLAB_SIZES; do
 done
 check corrupt-link 48 "free list corrupted"
 check given-back "$LARGE" "given back to the OS"
+check moved-double "$LARGE" "given back to the OS"
 
 if [ -f "$DEFAULT_LIB" ]; then
     FLAVOUR=default LIB="$DEFAULT_LIB"

@@ -20,7 +20,7 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|corrupt-link|slab-header|no-slab SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|moved-double|corrupt-link|slab-header|no-slab SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -67,6 +67,17 @@ int main(int argc, char **argv) {
         malloc_trim(0);
         say(a[7]);
         free(a[7]);
+    } else if (strcmp(what, "moved-double") == 0) {  /* its pages moved into another block */
+        char *p = malloc(n), *q, *r;
+        sink = malloc(n);                           /* live between p and q: no merge */
+        q = malloc(n);
+        sink = malloc(n);
+        free(p);
+        free(q);
+        r = malloc(2 * n);                          /* no one range fits: both gathered */
+        sink = r;
+        say(p);
+        free(p);
     } else if (strcmp(what, "corrupt-link") == 0) {  /* use after free overwrites the link */
         void **p = malloc(n);
         free(p);

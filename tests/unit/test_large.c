@@ -6,7 +6,15 @@
  * the same block back (in the hardened build only if it was small enough to
  * be cached); many live blocks never overlap and keep their
  * contents; blocks may be freed by another thread; freeing really gives the
- * address space back (allocate/free cycles do not grow the process). */
+ * address space back (allocate/free cycles do not grow the process).
+ *
+ * Gathering: a block that no single cached range holds is made of several
+ * (their pages moved, nothing mapped afresh while the cache has the bytes):
+ * its contents are the caller's, calloc's is zero, realloc moves and grows
+ * it, a fork sees it, and freeing it twice is still caught. */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tier_common.h"
@@ -111,6 +119,180 @@ static void test_free_releases_address_space(void **state)
                  before, after);
 }
 
+/* ---- gathering ---------------------------------------------------------- */
+
+#define HOLE_N (5 * MiB)            /* an 8 MiB mapping */
+
+static hak_info_t info(void)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    return in;
+}
+
+/* Two freed 8 MiB ranges, patterned, with live blocks around them so that
+ * neither is next to the other (else they would merge into one); the cache
+ * emptied first, so they are all it holds.  The live blocks go to keep[]. */
+static void two_holes(void *keep[3])
+{
+    hak_trim(0);
+    keep[0] = hak_malloc(HOLE_N);
+    void *a = hak_malloc(HOLE_N);
+    keep[1] = hak_malloc(HOLE_N);
+    void *b = hak_malloc(HOLE_N);
+    keep[2] = hak_malloc(HOLE_N);
+    assert_true(keep[0] && a && keep[1] && b && keep[2]);
+    pat_fill(a, HOLE_N, 11);
+    pat_fill(b, HOLE_N, 12);
+    for (int i = 0; i < 3; i++)
+        pat_fill(keep[i], HOLE_N, 20 + (uint64_t)i);
+    hak_free(a);
+    hak_free(b);
+}
+
+static void drop_keep(void *keep[3])
+{
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pat_check(keep[i], HOLE_N, 20 + (uint64_t)i), HOLE_N);
+        hak_free(keep[i]);
+    }
+}
+
+static void assert_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            fail_msg("byte %zu of %zu is 0x%02x, expected 0", i, n, p[i]);
+}
+
+/* 14 MiB need a 16 MiB range: both holes, moved; nothing new mapped. */
+static void test_gather(void **state)
+{
+    (void)state;
+    void *keep[3];
+    two_holes(keep);
+    hak_info_t i0 = info();
+    size_t n = 14 * MiB;
+    unsigned char *p = hak_malloc(n);
+    assert_non_null(p);
+    hak_info_t i1 = info();
+    if (i0.purge_delay_ms != 0) {
+        assert_int_equal(i0.large_cached, 16 * MiB);
+        assert_int_equal(i1.large_cached, 0);
+        assert_int_equal(i1.large_mapped, i0.large_mapped);
+    }
+    assert_true(hak_usable_size(p) >= n);
+    pat_fill(p, n, 31);
+    /* grown: it spans several kernel mappings now, which realloc moves too */
+    unsigned char *q = hak_realloc(p, 40 * MiB);
+    assert_non_null(q);
+    assert_int_equal(pat_check(q, n, 31), n);
+    pat_fill(q, 40 * MiB, 32);
+    q = hak_realloc(q, 3 * MiB);
+    assert_non_null(q);
+    assert_int_equal(pat_check(q, 3 * MiB, 32), 3 * MiB);
+    hak_free(q);
+    drop_keep(keep);
+}
+
+/* calloc of a gathered block is zero: the moved parts held patterns. */
+static void test_gather_calloc(void **state)
+{
+    (void)state;
+    void *keep[3];
+    two_holes(keep);
+    size_t n = 14 * MiB + 5;
+    unsigned char *p = hak_calloc(1, n);
+    assert_non_null(p);
+    assert_zero(p, n);
+    hak_free(p);
+    drop_keep(keep);
+}
+
+/* More than the cache holds: both holes and a fresh rest, all zero for
+ * calloc; the rest of the cache is used before anything is mapped. */
+static void test_gather_partial(void **state)
+{
+    (void)state;
+    void *keep[3];
+    two_holes(keep);
+    hak_info_t i0 = info();
+    size_t n = 27 * MiB;                    /* a 28 MiB range: 16 moved, 12 fresh */
+    unsigned char *p = hak_calloc(1, n);
+    assert_non_null(p);
+    hak_info_t i1 = info();
+    if (i0.purge_delay_ms != 0) {
+        assert_int_equal(i1.large_cached, 0);
+        assert_int_equal(i1.large_mapped, i0.large_mapped + 12 * MiB);
+    }
+    assert_zero(p, n);
+    pat_fill(p, n, 41);
+    assert_int_equal(pat_check(p, n, 41), n);
+    hak_free(p);
+    drop_keep(keep);
+}
+
+/* A child sees a gathered block as its parent made it, and gathers too. */
+static void test_gather_fork(void **state)
+{
+    (void)state;
+    void *keep[3];
+    two_holes(keep);
+    size_t n = 14 * MiB;
+    unsigned char *p = hak_malloc(n);
+    assert_non_null(p);
+    pat_fill(p, n, 51);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int ok = pat_check(p, n, 51) == n;
+        void *k2[3];
+        two_holes(k2);
+        unsigned char *c = hak_calloc(1, n);
+        for (size_t i = 0; ok && c != NULL && i < n; i += 4096)
+            ok = c[i] == 0;
+        _exit(ok && c != NULL ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(pat_check(p, n, 51), n);
+    hak_free(p);
+    drop_keep(keep);
+}
+
+/* A gathered block freed twice stops the process: while its range is
+ * cached the cleared magic tells (the hardened build also knows a range
+ * it gave back, the default build does not: HAKMEM_PURGE_DELAY_MS=0). */
+static void test_gather_double_free(void **state)
+{
+    (void)state;
+#ifndef HAK_HARDENED
+    if (info().purge_delay_ms == 0) {
+        skip();
+        return;
+    }
+#endif
+    void *keep[3];
+    two_holes(keep);
+    unsigned char *p = hak_malloc(14 * MiB);
+    assert_non_null(p);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) dup2(fd, 2);
+        hak_free(p);
+        hak_free(p);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    hak_free(p);
+    drop_keep(keep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -125,6 +307,11 @@ int main(void)
         TEST_API(test_cross_thread, API_HAK),
         TEST_API(test_free_releases_address_space, API_STD),
         TEST_API(test_free_releases_address_space, API_HAK),
+        cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_gather_calloc),
+        cmocka_unit_test(test_gather_partial),
+        cmocka_unit_test(test_gather_fork),
+        cmocka_unit_test(test_gather_double_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
