@@ -244,10 +244,11 @@ static void test_remote_free_reuse(void **state)
                   rss[1] >> 10, rounds, rss[rounds - 1] >> 10);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
     /* One batch needs ss[0]; memory freed remotely must be reused, so later
-     * rounds need at most a couple more (layout noise), not one batch more
-     * per round. */
+     * rounds need at most a few more (layout noise, and the empty slabs a
+     * class keeps queued for its next refills: up to 4 MiB of an L2.5
+     * class), not one batch more per round. */
     for (size_t i = 1; i < rounds; i++) {
-        if (ss[i] > ss[0] + 2)
+        if (ss[i] > ss[0] + 4)
             fail_msg("round %zu: %zu SuperSlabs in use, round 1 needed %zu", i + 1, ss[i], ss[0]);
     }
     assert_true(rss[rounds - 1] <= rss[1] + ((size_t)16 << 20));
