@@ -111,9 +111,11 @@ void *hak_meta_alloc(size_t size) {
 
 #ifndef HAK_HARDENED
 /* The default build gives a retired range straight back (the hardened
- * build keeps it reserved and dead a while: hakmem_hardened.c). */
+ * build keeps it reserved a while: hakmem_hardened.c).  Tagged dead first:
+ * a late free of a pointer into it is named, not passed to libc.  A mapping
+ * made there later tags it again. */
 void hak_os_retire_range(void *base, size_t len) {
-    hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
+    hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
     hak_os_unmap(base, len);
 }
 

@@ -72,7 +72,9 @@
 
 #define HAK_LARGE_HDR     64   /* header before every large block */
 
-/* HAK_CHUNK_DEAD (hardened build only): given back to the OS, still reserved.
+/* HAK_CHUNK_DEAD: hakmem gave the chunk back to the OS (the hardened build
+ * keeps it reserved a while); a pointer into it is a stale one.  Any new
+ * mapping of hakmem's there tags it again.
  * HAK_CHUNK_PROF: a SuperSlab of the heap profiler's own heap, which serves
  * the sampled blocks (hakmem_profile.c): the free fast path takes only
  * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it

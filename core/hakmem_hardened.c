@@ -45,8 +45,7 @@ static void dead_record(char *base, size_t len) {
         dead_first = (dead_first + 1) % DEAD_RANGES;
         dead_count--;
         dead_bytes -= old_len;
-        hak_chunk_map_set(old, old_len, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(old, old_len);
+        hak_os_unmap_unused(old, old_len);   /* stays tagged dead */
     }
     dead[(dead_first + dead_count) % DEAD_RANGES].base = base;
     dead[(dead_first + dead_count) % DEAD_RANGES].len = len;
@@ -57,7 +56,7 @@ static void dead_record(char *base, size_t len) {
 
 void hak_os_retire_range(void *base, size_t len) {
     if (!hak_os_reserve_over(base, len)) {   /* cannot keep it: plain unmap */
-        hak_chunk_map_set(base, len, HAK_CHUNK_NONE);
+        hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
         hak_os_unmap(base, len);
         return;
     }
@@ -76,8 +75,7 @@ bool hak_os_release_dead(void) {
     bool any = false;
     hak_lock(&dead_lock);
     for (; dead_count > 0; dead_count--) {
-        hak_chunk_map_set(dead[dead_first].base, dead[dead_first].len, HAK_CHUNK_NONE);
-        hak_os_unmap_unused(dead[dead_first].base, dead[dead_first].len);
+        hak_os_unmap_unused(dead[dead_first].base, dead[dead_first].len);   /* stays dead */
         dead_first = (dead_first + 1) % DEAD_RANGES;
         any = true;
     }

@@ -242,11 +242,12 @@ static char *map_large(size_t len, size_t align) {
 }
 
 /* Move the pages of [from, from + len), a range of LARGE chunks that belongs
- * to the caller, to `to` (mapped and tagged LARGE).  Untagged before the
- * move: once the kernel has unmapped the old range another thread may map
- * it and tag it, and a late clear would erase that tag. */
+ * to the caller, to `to` (mapped and tagged LARGE).  Tagged dead (a late
+ * free of a block that lived there is named) before the move: once the
+ * kernel has unmapped the old range another thread may map it and tag it,
+ * and a late tag would erase that one. */
 static void move_range(char *from, size_t len, char *to) {
-    hak_chunk_map_set(from, len, HAK_CHUNK_NONE);
+    hak_chunk_map_set(from, len, HAK_CHUNK_DEAD);
     hak_os_move_pages(from, len, to, LARGE_HUGE);
     hak_os_retire_moved(from, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);

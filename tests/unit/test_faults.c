@@ -10,8 +10,8 @@
  *       freed by 30 blocks of 60 MiB can be mapped by the program itself
  *       (the hardened build keeps freed ranges reserved, within a budget),
  *       before and after malloc_trim.
- *   stale_free_after_large_realloc_move      hardened: a free of the old
- *       pointer of a large block that realloc moved stops with a message.
+ *   stale_free_after_large_realloc_move      a free of the old pointer of
+ *       a large block that realloc moved stops with a message.
  *   free_into_retired_span                   a double free of a block whose
  *       multi-page slab was retired and its pages reused, and a realloc into
  *       a page with no slab, stop with a message.
@@ -217,7 +217,7 @@ static void test_freed_space_mappable_under_rlimit_as(void **state)
 
 /* ---- a stale pointer after a large realloc moved its block ------------------ */
 
-#if defined(HAK_HARDENED) && !defined(HAK_TEST_HAK_ONLY)
+#ifndef HAK_TEST_HAK_ONLY
 #pragma GCC diagnostic ignored "-Wuse-after-free"     /* the misuse is the test */
 static void moved_child(void)
 {
@@ -352,7 +352,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_freed_space_mappable_under_rlimit_as),
 #endif
         cmocka_unit_test(test_long_setting_value_is_one_line),
-#if defined(HAK_HARDENED) && !defined(HAK_TEST_HAK_ONLY)
+#ifndef HAK_TEST_HAK_ONLY
         cmocka_unit_test(test_stale_free_after_large_realloc_move),
 #endif
         cmocka_unit_test(test_free_into_retired_span),
