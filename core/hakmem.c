@@ -46,15 +46,53 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
     return large_alloc(size, 0, false);
 }
 
+static void *malloc_slow(size_t size, hak_heap_t *h);
+
+/* The empty heap's slow path: a thread's first allocation, or with
+ * HAKMEM_STATS (whose fast paths keep seeing the empty heap) every one.
+ * Starts hakmem if it has not started, and makes or adopts the thread's
+ * heap. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
+    hak_heap_t *h = hak_heap_for_thread();
+    if (h == NULL) return hak_alloc_without_heap(size);
+    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size)
+                                   : hak_pool_alloc(h, hak_mid_class(size), size);
+    if (p == NULL) p = malloc_slow(size, h);
+    if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+    return p;
+}
+
+/* Every request of at most 1 MiB the fast paths could not serve, in this
+ * order: the empty heap; the profiler's countdown (run out on the fast
+ * path, or due now: the fast path counts only when it has a block); a
+ * malloc_trim of another thread asking this one to flush (trim_request);
+ * then the tier's slow path. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
+    if (h == &hak_empty_heap) return malloc_first(size);
+    if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) return hak_profile_alloc(size);
+    if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
+        hak_heap_trim_self(h);
+    if (size <= HAK_TINY_MAX) return hak_tiny_alloc_slow(size, h);
+    return hak_pool_alloc_slow(size, h);
+}
+
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
-    if (hak_likely(size <= HAK_L25_MAX)) return hak_pool_alloc(h, hak_mid_class(size), size);
+    if (hak_likely(size <= HAK_L25_MAX)) {
+        void *p = hak_pool_alloc(h, hak_mid_class(size), size);
+        if (hak_likely(p != NULL)) return p;
+        return malloc_slow(size, h);
+    }
     return alloc_large(size);
 }
 
 HAK_ALLOC_PATH void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_heap;
-    if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
+    if (hak_likely(size <= HAK_TINY_MAX)) {
+        void *p = hak_tiny_alloc(h, size);
+        if (hak_likely(p != NULL)) return p;
+        return malloc_slow(size, h);
+    }
     return alloc_mid_or_large(size, h);
 }
 
@@ -166,9 +204,13 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         hak_heap_t *h = hak_tls_owner;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) hak_remote_free(s, p);
-        else if (s->tier == HAK_TIER_TINY) hak_slab_push(h, s, p);
-        else if (s->tier == HAK_TIER_TINY_C2) hak_c2_free(h, p);
-        else hak_pool_free(h, s->ring, p);
+        else if (s->tier == HAK_TIER_TINY) {
+            if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
+        } else if (s->tier == HAK_TIER_TINY_C2) {
+            if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
+        } else if (!hak_pool_free(s->ring, p)) {
+            hak_pool_free_ring_full(h, s->ring, p);
+        }
         return;
     }
     __libc_free(p);
@@ -184,11 +226,12 @@ void hak_free(void *p) {
         hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            hak_slab_push(h, s, p);
+            if (hak_unlikely(hak_slab_push(s, p))) hak_slab_free_slow(h, s);
             return;
         }
         if (hak_likely(s->owner == h)) {
-            hak_pool_free(h, s->ring, p);    /* 32-byte cache: hak_pool_free_ring_full */
+            /* the 32-byte cache's blocks too: their ring is the empty ring */
+            if (hak_unlikely(!hak_pool_free(s->ring, p))) hak_pool_free_ring_full(h, s->ring, p);
             return;
         }
     }

@@ -149,29 +149,17 @@ hak_heap_t *hak_heap_for_thread(void) {
     return h;
 }
 
-/* A Tiny or pool allocation from heap h, counted for HAKMEM_STATS (whose
- * fast paths see only the empty heap). */
-HAK_ALLOC_PATH static void *heap_alloc_counted(hak_heap_t *h, size_t size) {
-    unsigned cls;
+/* An allocation from heap h that nothing samples: the fast path, then the
+ * tier's slow path (a borrowed heap, below; the profiler's own requests,
+ * made with the countdown set aside). */
+HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
     void *p;
     if (size <= HAK_TINY_MAX) {
-        cls = hak_tiny_class(size);
-        if (cls == HAK_C2_CLASS) cls = HAK_C2_REAL_CLASS;
         p = hak_tiny_alloc(h, size);
-    } else {
-        cls = hak_mid_class(size);
-        p = hak_pool_alloc(h, cls, size);
+        return p != NULL ? p : hak_tiny_alloc_slow(size, h);
     }
-    if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
-    return p;
-}
-
-/* The empty heap's slow path, for both Tiny and the ring pools: a thread's
- * first allocation, or with HAKMEM_STATS every one. */
-HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
-    hak_heap_t *h = hak_heap_for_thread();
-    if (h == NULL) return hak_alloc_without_heap(size);
-    return heap_alloc_counted(h, size);
+    p = hak_pool_alloc(h, hak_mid_class(size), size);
+    return p != NULL ? p : hak_pool_alloc_slow(size, h);
 }
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
@@ -304,9 +292,10 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     void *p = NULL;
     if (h != NULL) {
         hak_tls_owner = h;
-        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted in the slow path */
+        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted below */
         h->keep_spares = true;
-        p = heap_alloc_counted(h, size);
+        p = hak_heap_alloc(h, size);
+        if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
         heap_park(h);
         hak_tls_heap = &hak_empty_heap;
         hak_tls_owner = NULL;

@@ -132,7 +132,7 @@ HAK_INTERNAL void hak_c2_enable(void);
 HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
-HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r);
+HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);
 HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
@@ -160,6 +160,7 @@ HAK_INTERNAL void   hak_large_unlock_all(void);
 /* Statistics (hakmem_stats.c): called only with HAKMEM_STATS=1.  Class
  * HAK_NUM_CLASSES stands for the large tier. */
 HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
+HAK_INTERNAL void hak_stats_alloc_request(size_t size);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
@@ -189,7 +190,7 @@ HAK_INTERNAL void hak_heap_init(void);
 HAK_INTERNAL void hak_heap_fork_lock(void);
 HAK_INTERNAL void hak_heap_fork_unlock(void);
 HAK_INTERNAL void hak_heap_fork_child(void);
-HAK_INTERNAL void *hak_heap_first_alloc(size_t size);
+HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);

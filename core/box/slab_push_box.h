@@ -8,8 +8,9 @@
 #include "box/block_link_box.h"
 
 /* p back onto the free list of its slab s, which the calling thread owns;
- * p passed the free check. */
-static inline void hak_slab_push(hak_heap_t *h, hak_slab_t *s, void *p) {
+ * p passed the free check.  True when the slab has just become empty or is
+ * parked: the caller then calls hak_slab_free_slow. */
+static inline bool hak_slab_push(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     hak_link_set(b, s->free);
     s->free = b;
@@ -20,11 +21,11 @@ static inline void hak_slab_push(hak_heap_t *h, hak_slab_t *s, void *p) {
      * and tests: three instructions more on every free). */
 #if defined(__x86_64__) && defined(__GNUC__)
     __asm__ goto("subl $1, %0\n\tjle %l[slow]" : "+m"(s->used) : : "cc" : slow);
-    return;
+    return false;
 slow:
-    hak_slab_free_slow(h, s);
+    return true;
 #else
-    if (hak_unlikely(--*(int32_t *)&s->used <= 0)) hak_slab_free_slow(h, s);
+    return --*(int32_t *)&s->used <= 0;
 #endif
 }
 
