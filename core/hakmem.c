@@ -48,6 +48,12 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
 
 static void *malloc_slow(size_t size, hak_heap_t *h);
 
+/* What the layers below stamped for the purger starts it, now that no
+ * lock is held. */
+static inline void purge_kick_due(hak_heap_t *h) {
+    if (hak_heap_kick_due(h)) hak_purge_kick();
+}
+
 /* The empty heap's slow path: a thread's first allocation, or with
  * HAKMEM_STATS (whose fast paths keep seeing the empty heap) every one.
  * Starts hakmem if it has not started, and makes or adopts the thread's
@@ -59,6 +65,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
                                    : hak_pool_alloc(h, hak_mid_class(size), size);
     if (p == NULL) p = malloc_slow(size, h);
     if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+    purge_kick_due(h);      /* an adopted heap collects and retires slabs */
     return p;
 }
 
@@ -66,14 +73,17 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
  * order: the empty heap; the profiler's countdown (run out on the fast
  * path, or due now: the fast path counts only when it has a block); a
  * malloc_trim of another thread asking this one to flush (trim_request);
- * then the tier's slow path. */
+ * then the tier's slow path, and after it, every 256th time, housekeeping
+ * (hakmem_purge.c), and the purger if the layers below stamped enough. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
     if (h == &hak_empty_heap) return malloc_first(size);
     if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) return hak_profile_alloc(size);
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
-    if (size <= HAK_TINY_MAX) return hak_tiny_alloc_slow(size, h);
-    return hak_pool_alloc_slow(size, h);
+    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
+    if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
+    purge_kick_due(h);
+    return p;
 }
 
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
@@ -167,6 +177,18 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
+/* The slow paths of the owner's free: a slab to act on (empty, or parked
+ * with room), a full ring.  What they stamp starts the purger here. */
+static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
+    hak_slab_free_slow(h, s);
+    purge_kick_due(h);
+}
+
+static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
+    hak_pool_free_ring_full(h, r, p);
+    purge_kick_due(h);
+}
+
 /* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
  * profiler sampled, foreign pointers, junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
@@ -195,22 +217,27 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
         if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
-        hak_large_free(p);     /* stops on an invalid pointer */
+        bool cached = hak_large_free(p);     /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
+        if (cached) hak_purge_kick();
         return;
     }
     if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
         hak_heap_t *h = hak_tls_owner;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
-        if (s->owner != h) hak_remote_free(s, p);
-        else if (s->tier == HAK_TIER_TINY) {
+        if (s->owner != h) {
+            if (hak_remote_free(s, p)) hak_purge_kick();
+            return;
+        }
+        if (s->tier == HAK_TIER_TINY) {
             if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
         } else if (s->tier == HAK_TIER_TINY_C2) {
             if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
         } else if (!hak_pool_free(s->ring, p)) {
             hak_pool_free_ring_full(h, s->ring, p);
         }
+        purge_kick_due(h);
         return;
     }
     __libc_free(p);
@@ -226,12 +253,12 @@ void hak_free(void *p) {
         hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            if (hak_unlikely(hak_slab_push(s, p))) hak_slab_free_slow(h, s);
+            if (hak_unlikely(hak_slab_push(s, p))) free_slab_slow(h, s);
             return;
         }
         if (hak_likely(s->owner == h)) {
             /* the 32-byte cache's blocks too: their ring is the empty ring */
-            if (hak_unlikely(!hak_pool_free(s->ring, p))) hak_pool_free_ring_full(h, s->ring, p);
+            if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
     }
@@ -274,7 +301,9 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
-        void *q = hak_large_realloc(p, size);
+        bool cached;
+        void *q = hak_large_realloc(p, size, &cached);
+        if (cached) hak_purge_kick();
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
         if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
         return q;

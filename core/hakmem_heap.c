@@ -180,7 +180,8 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
  * time while that runs and put back at its tail, so a new thread finds the
  * others there to adopt and successive calls go round; or, IN_PLACE, all
  * of them under heap_lock.  Returns, for NOTIFIED, whether it stopped with
- * more to look at; for IN_PLACE, whether SuperSlabs went back; else false. */
+ * more to look at; for IN_PLACE, whether SuperSlabs went back; for ONE,
+ * whether the heap stamped enough to start the purger; else false. */
 static bool reclaim_lock(unsigned how) {
     if (how & HAK_RECLAIM_TRY) return hak_trylock(&heap_lock);
     hak_lock(&heap_lock);
@@ -223,6 +224,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
         hak_unlock(&heap_lock);
         if (b == NULL) return false;
         heap_reclaim(b);
+        if (how & HAK_RECLAIM_ONE) more = hak_heap_kick_due(b);
         hak_lock(&heap_lock);
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
@@ -266,22 +268,23 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
     *dirty_pages = d;
 }
 
-/* pthread key destructor: the thread is exiting.  Its rings go back to the
- * slabs and the heap waits for a new thread, warm: threads that come and go
- * (a server's workers, Larson) adopt it at once.  If none comes, the running
- * threads' housekeeping sweeps it without spares and purges its pages. */
-static void heap_thread_exit(void *arg) {
-    hak_heap_t *h = arg;
-    if (h == NULL || h != hak_tls_owner) return;
+/* The thread is exiting (its key's destructor, hakmem_init.c).  Its rings
+ * go back to the slabs and the heap waits for a new thread, warm: threads
+ * that come and go (a server's workers, Larson) adopt it at once.  If none
+ * comes, the running threads' housekeeping sweeps it without spares and
+ * purges its pages.  Returns HAK_EXIT_* flags. */
+unsigned hak_heap_thread_exit(hak_heap_t *h) {
+    if (h == NULL || h != hak_tls_owner) return 0;
     heap_reclaim(h);
+    unsigned todo = hak_heap_kick_due(h) ? HAK_EXIT_KICK : 0;
     hak_tls_heap = &hak_empty_heap;
     hak_tls_owner = NULL;
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);
-    bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
+    if (__atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0) todo |= HAK_EXIT_LAST;
     hak_unlock(&heap_lock);
-    if (last) hak_purge_wake();    /* the process may be ending: let the purger go */
+    return todo;
 }
 
 /* Allocation by a thread whose heap is gone (a destructor running after
@@ -307,8 +310,8 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
 }
 
 /* ---- start-up and fork (the handlers: hakmem_init.c) -------------------------- */
-void hak_heap_init(void) {
-    heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
+void hak_heap_init(void (*thread_exit)(void *heap)) {
+    heap_key_ready = pthread_key_create(&heap_key, thread_exit) == 0;
 }
 
 void hak_heap_fork_lock(void)   { hak_lock(&heap_lock); }

@@ -59,6 +59,17 @@ static void fork_child(void) {
     hak_purge_fork_child();
 }
 
+/* ---- thread exit -------------------------------------------------------------
+ * The destructor of the key that holds each thread's heap (hak_heap_init):
+ * the heap is abandoned (hakmem_heap.c), then the purger is started if that
+ * stamped enough, and woken if no thread has a heap any more (the process
+ * may be ending: it need not wait). */
+static void thread_exit(void *heap) {
+    unsigned todo = hak_heap_thread_exit(heap);
+    if (todo & HAK_EXIT_KICK) hak_purge_kick();
+    if (todo & HAK_EXIT_LAST) hak_purge_wake();
+}
+
 /* ---- process start-up -------------------------------------------------------
  * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
  * hak_initialized is set. */
@@ -75,7 +86,7 @@ void hak_init(void) {
     if (hak_opt.tiny_c2_cache) hak_c2_enable();
     hak_profile_init();
     hak_free_check_init();
-    hak_heap_init();
+    hak_heap_init(thread_exit);
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

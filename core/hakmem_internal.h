@@ -75,26 +75,29 @@ HAK_INTERNAL void hak_purge_fork_parent(void);
 HAK_INTERNAL void hak_purge_fork_child(void);
 /* The OS refused memory: everything cached goes back (hak_chunk_map_on_refusal). */
 HAK_INTERNAL bool hak_make_room(void);
-/* From the owner's slow path now and then (every 256 refills). */
+/* From the owner's slow path now and then (every 256 refills, hakmem.c). */
 HAK_INTERNAL void hak_housekeeping(hak_heap_t *h);
 
 /* The heap lock.  The owner takes it on its slow paths (nestable: only the
  * owner uses lock_depth) around the state other threads' purges read and
  * change: its SuperSlab list and page maps, and the free lists of its L2 and
  * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
- * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
- * Letting go of it starts the purger if enough was stamped meanwhile. */
+ * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock. */
 static inline void hak_heap_lock(hak_heap_t *h) {
     if (h->lock_depth++ == 0) hak_lock(&h->lock);
 }
 static inline void hak_heap_unlock(hak_heap_t *h) {
-    if (--h->lock_depth == 0) {
-        hak_unlock(&h->lock);
-        if (h->purge_pending >= HAK_PURGE_KICK_MIN) {
-            h->purge_pending = 0;
-            hak_purge_kick();
-        }
-    }
+    if (--h->lock_depth == 0) hak_unlock(&h->lock);
+}
+
+/* The layers below reclamation only count what they stamp
+ * (h->purge_pending); whoever called them asks this when it holds no lock,
+ * and starts the purger (hak_purge_kick) if h has stamped
+ * HAK_PURGE_KICK_MIN bytes since it was last asked. */
+static inline bool hak_heap_kick_due(hak_heap_t *h) {
+    if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
+    h->purge_pending = 0;
+    return true;
 }
 
 /* SuperSlabs (hakmem_superslab.c) */
@@ -145,8 +148,11 @@ HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 
 /* Large tier (hakmem_large.c) */
 HAK_INTERNAL void  *hak_large_alloc(size_t size, size_t align, bool zero);
-HAK_INTERNAL void   hak_large_free(void *p);
-HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
+/* hak_large_free, and a realloc that shrinks a block (*cached), keep the
+ * freed range in the cache, stamped: true then, and the caller (with no
+ * lock held) starts the purger. */
+HAK_INTERNAL bool   hak_large_free(void *p);
+HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size, bool *cached);
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
@@ -186,7 +192,15 @@ HAK_INTERNAL void  hak_profile_fork_child(void);
 
 /* Heaps and threads (hakmem_heap.c) */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
-HAK_INTERNAL void hak_heap_init(void);
+/* thread_exit: the destructor of the key that holds each thread's heap
+ * (hakmem_init.c), which calls hak_heap_thread_exit. */
+HAK_INTERNAL void hak_heap_init(void (*thread_exit)(void *heap));
+/* What hak_heap_thread_exit says the caller has to do. */
+enum {
+    HAK_EXIT_KICK = 1,   /* the heap stamped enough: start the purger */
+    HAK_EXIT_LAST = 2,   /* no thread has a heap any more: wake the purger */
+};
+HAK_INTERNAL unsigned hak_heap_thread_exit(hak_heap_t *h);
 HAK_INTERNAL void hak_heap_fork_lock(void);
 HAK_INTERNAL void hak_heap_fork_unlock(void);
 HAK_INTERNAL void hak_heap_fork_child(void);
@@ -197,7 +211,8 @@ HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 /* What hak_heap_reclaim_abandoned does, and to which heaps. */
 enum {
-    HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping) */
+    HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping:
+                                  says whether to start the purger) */
     HAK_RECLAIM_NOTIFIED = 2,  /* those with remote frees notified, 8 at most (purger) */
     HAK_RECLAIM_TRY      = 4,  /* not if heap_lock is held (the caller may hold it) */
     HAK_RECLAIM_IN_PLACE = 8,  /* all, left on the list, under heap_lock (making

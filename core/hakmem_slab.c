@@ -12,6 +12,7 @@
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
+#include "box/slab_push_box.h"
 
 /* ---- the class queue: slabs that may still hand out blocks -------------- */
 static void queue_push_head(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
@@ -358,12 +359,14 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
     if (locked) hak_heap_unlock(h);
-    if ((++h->slow_count & 255) == 0) hak_housekeeping(h);
     return got;
 }
 
-/* After a local free made the slab empty, or freed into a parked slab. */
-static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
+/* After a local free made the slab empty, or freed into a parked slab
+ * (the push's own test, box/slab_push_box.h, has already sent away most of
+ * those that stay parked). */
+void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
+    if (hak_slab_stays_parked(s)) return;
     if (slab_is_parked(s) && slab_used(s) != 0) {
         if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
         return;
@@ -374,15 +377,6 @@ static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
         hak_heap_unlock(h);
     }
 }
-
-/* Most calls are frees into a parked slab that stays parked (not yet an
- * eighth free): that answer comes first, with nothing to save. */
-void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    uint32_t used = s->used & ~HAK_SLAB_PARKED;
-    if ((s->used & HAK_SLAB_PARKED) && used != 0 && used > s->unpark_used) return;
-    free_slow_act(h, s);
-}
-
 
 /* The owner's side of HAK_REMOTE_NOTIFY: slabs that other threads freed
  * into while the owner was not looking. */
