@@ -33,6 +33,7 @@ HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
         errno = ENOMEM;
         return NULL;
     }
+    hak_ensure_init();       /* the first mapping may be this one */
     bool sample = hak_unlikely(hak_profile_on) && hak_profile_large_due(size);
     void *p = hak_large_alloc(size, align, zero);
     if (p == NULL) return NULL;
@@ -59,6 +60,7 @@ static inline void purge_kick_due(hak_heap_t *h) {
  * Starts hakmem if it has not started, and makes or adopts the thread's
  * heap. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
+    hak_ensure_init();
     hak_heap_t *h = hak_heap_for_thread();
     if (h == NULL) return hak_alloc_without_heap(size);
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size)

@@ -127,7 +127,6 @@ static void heap_abandon_locked(hak_heap_t *h) {
  * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
  * takes a slow path that counts it: statistics cost nothing when off. */
 hak_heap_t *hak_heap_for_thread(void) {
-    hak_ensure_init();
     if (hak_tls_owner != NULL) return hak_tls_owner;
     if (tls_thread_done) return NULL;
     hak_lock(&heap_lock);
@@ -163,7 +162,6 @@ HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
 }
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
-    hak_ensure_init();
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_new();
     hak_unlock(&heap_lock);

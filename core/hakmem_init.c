@@ -1,6 +1,6 @@
 /* Start-up and fork: the wiring of every layer, so it lives above them all.
- * Start-up is lazy (hak_ensure_init, from the first call that needs it, or
- * the constructor below); the fork handlers hold every hakmem lock across
+ * Start-up is lazy (hak_ensure_init, from the API's first call that needs
+ * it, or the constructor below); the fork handlers hold every hakmem lock across
  * fork(). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"

@@ -20,7 +20,9 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-/* start-up (hakmem_init.c) */
+/* start-up (hakmem_init.c).  Lazy: the API starts hakmem before it first
+ * calls down (a thread's first heap, the first large mapping; the
+ * profiler's constructor); the layers below never call up to start it. */
 HAK_INTERNAL void hak_init(void);
 HAK_INTERNAL extern _Atomic int hak_initialized;
 static inline void hak_ensure_init(void) {
@@ -191,6 +193,8 @@ HAK_INTERNAL void  hak_profile_unlock_all(void);
 HAK_INTERNAL void  hak_profile_fork_child(void);
 
 /* Heaps and threads (hakmem_heap.c) */
+/* The calling thread's heap, made or adopted now if it has none (hakmem
+ * is started: the caller's job, as for every heap function). */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
 /* thread_exit: the destructor of the key that holds each thread's heap
  * (hakmem_init.c), which calls hak_heap_thread_exit. */

@@ -301,7 +301,6 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         }
     }
     if (base == NULL) {
-        hak_ensure_init();
         base = map_large(len, map_align);
         if (base == NULL) {
             errno = ENOMEM;
