@@ -104,9 +104,10 @@ static inline bool hak_heap_kick_due(hak_heap_t *h) {
 
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
-                                          bool page0);
+                                          bool page0, bool *revived);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now,
+                                         uint32_t delay);
 HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
@@ -119,8 +120,8 @@ HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, un
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 

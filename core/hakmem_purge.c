@@ -14,7 +14,7 @@
  * and stays resident, so that whatever is wanted again soon is reused
  * without a page fault.  Once it has stayed unused for HAKMEM_PURGE_DELAY_MS
  * it goes back:
- *   free pages of SuperSlabs (owned or cached)   hak_ss_purge, _purge_cache
+ *   free pages of SuperSlabs (owned or cached)   hak_ss_purge_pages, _purge_cache
  *   free L2.5 blocks, free pages of L2 slabs      hak_slab_purge
  *   cached large mappings                         hak_large_purge
  * With a delay of 0 all of this happens at once, where it is freed.
@@ -89,7 +89,7 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
         } else {
             hak_lock(&h->lock);
         }
-        uint32_t w = hak_ss_purge(h, now, delay);
+        uint32_t w = hak_slab_purge_heap(h, now, delay);
         hak_unlock(&h->lock);
         if (w < wait) wait = w;
     }
@@ -222,7 +222,7 @@ bool hak_purge_everything(void) {
         if (h != me && st == HAK_HEAP_ACTIVE)
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
         hak_lock(&h->lock);
-        hak_ss_purge(h, 0, 0);
+        hak_slab_purge_heap(h, 0, 0);
         hak_unlock(&h->lock);
     }
     hak_large_trim_cache();

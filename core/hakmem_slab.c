@@ -75,11 +75,25 @@ static inline char *slab_start(const hak_slab_t *s) {
     return (char *)hak_ss_of(s) + hak_slab_data_offset(idx);
 }
 
+static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified);
+
+/* ss is HOT (again, or just adopted): its parked slabs with room serve. */
+static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
+    for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
+        hak_slab_t *s = &ss->slabs[i];
+        if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
+            slab_has_room(s))
+            slab_unpark(h, s, false);
+    }
+}
+
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
+    bool revived;
     hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
-                                      cls < HAK_L2_FIRST);
+                                      cls < HAK_L2_FIRST, &revived);
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
+    if (revived) ss_slabs_unpark(h, ss);    /* before s, whose span is still unused */
     unsigned idx = (unsigned)(s - ss->slabs);
     size_t start = hak_slab_data_offset(idx);
     size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
@@ -222,6 +236,30 @@ uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
         while (k + run < SLAB_OS_PAGES && (release >> (k + run) & 1)) run++;
         hak_os_decommit(start + (size_t)k * OS_PAGE, (size_t)run * OS_PAGE);
         k += run;
+    }
+    return wait;
+}
+
+/* Give back what of heap h has stayed unused for the delay (delay 0: all
+ * of it, malloc_trim): each SuperSlab's free pages (hak_ss_purge_pages),
+ * and the free blocks of its slabs that give pages back while they live.
+ * Caller holds h->lock. */
+uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
+        uint32_t w = hak_ss_purge_pages(h, ss, now, delay);
+        if (w < wait) wait = w;
+        uint64_t spans = ~ss->free_pages;
+        while (spans != 0) {
+            unsigned i = (unsigned)__builtin_ctzll(spans);
+            hak_slab_t *s = &ss->slabs[i];
+            unsigned n = s->npages ? s->npages : 1;
+            spans &= n >= 64 ? 0 : ~((((uint64_t)1 << n) - 1) << i);
+            if (ss->page_head[i] == i && hak_slab_purgeable(s)) {
+                w = hak_slab_purge(s, now, delay);
+                if (w < wait) wait = w;
+            }
+        }
     }
     return wait;
 }
@@ -408,11 +446,6 @@ void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
     slab_maybe_retire(h, s);
 }
 
-/* Its SuperSlab is HOT again: a parked slab with room goes back in service. */
-void hak_slab_revive(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_is_parked(s) && slab_has_room(s)) slab_unpark(h, s, false);
-}
-
 /* The heap is being abandoned: every slab is parked with NOTIFY armed, so a
  * remote free into any of them reaches the notify stack.  Caller holds the
  * heap lock. */
@@ -424,14 +457,7 @@ void hak_slab_park_all(hak_heap_t *h) {
 /* A thread adopts the heap: its parked slabs with room serve again. */
 void hak_slab_unpark_all(hak_heap_t *h) {
     hak_heap_lock(h);
-    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        if (hak_ss_state(ss) != HAK_SS_HOT) continue;
-        for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
-            hak_slab_t *s = &ss->slabs[i];
-            if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
-                slab_has_room(s))
-                slab_unpark(h, s, false);
-        }
-    }
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        if (hak_ss_state(ss) == HAK_SS_HOT) ss_slabs_unpark(h, ss);
     hak_heap_unlock(h);
 }
