@@ -122,6 +122,7 @@ HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
 HAK_INTERNAL uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 
@@ -144,7 +145,6 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
-HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);

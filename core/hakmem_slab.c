@@ -185,6 +185,16 @@ static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
     return bits;
 }
 
+/* A free L2.5 block gives its pages to the OS, all but the first (which
+ * holds its link, freed-mark and stamp): once it has stayed unused on its
+ * slab's free list for the purge delay (hak_slab_purge), or at once when
+ * the ring flushes it with HAKMEM_PURGE_DELAY_MS=0 (hakmem_pool.c). */
+void hak_l25_block_decommit(void *p, unsigned cls) {
+    uintptr_t first = ((uintptr_t)p + 2 * 4096 - 1) & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + hak_class_block_size[cls]) & ~(uintptr_t)4095;
+    if (end > first) hak_os_decommit((void *)first, end - first);
+}
+
 static uint32_t l25_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
     uint32_t wait = HAK_PURGE_NONE;
     for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
