@@ -308,8 +308,8 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
 }
 
 /* ---- start-up and fork (the handlers: hakmem_init.c) -------------------------- */
-void hak_heap_init(void (*thread_exit)(void *heap)) {
-    heap_key_ready = pthread_key_create(&heap_key, thread_exit) == 0;
+void hak_heap_init(void (*exit_fn)(void *heap)) {
+    heap_key_ready = pthread_key_create(&heap_key, exit_fn) == 0;
 }
 
 void hak_heap_fork_lock(void)   { hak_lock(&heap_lock); }

@@ -7,7 +7,7 @@
 
 #include <pthread.h>
 
-_Atomic int hak_initialized;
+static _Atomic int hak_initialized;
 static hak_lock_t init_lock;
 
 /* ---- fork -------------------------------------------------------------------
@@ -73,7 +73,7 @@ static void thread_exit(void *heap) {
 /* ---- process start-up -------------------------------------------------------
  * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
  * hak_initialized is set. */
-void hak_init(void) {
+static void hak_init(void) {
     hak_lock(&init_lock);
     if (atomic_load_explicit(&hak_initialized, memory_order_relaxed)) {
         hak_unlock(&init_lock);
@@ -90,6 +90,10 @@ void hak_init(void) {
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void hak_ensure_init(void) {
+    if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire))) hak_init();
 }
 
 __attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }

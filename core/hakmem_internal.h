@@ -22,13 +22,9 @@ extern __thread hak_heap_t *hak_tls_owner;
 
 /* start-up (hakmem_init.c).  Lazy: the API starts hakmem before it first
  * calls down (a thread's first heap, the first large mapping; the
- * profiler's constructor); the layers below never call up to start it. */
-HAK_INTERNAL void hak_init(void);
-HAK_INTERNAL extern _Atomic int hak_initialized;
-static inline void hak_ensure_init(void) {
-    if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire)))
-        hak_init();
-}
+ * profiler's constructor); the layers below never call up to start it.
+ * Out of line: it is only ever on slow paths. */
+HAK_INTERNAL void hak_ensure_init(void);
 
 /* The chunk map and hakmem's own memory (hakmem_chunk_map.c). */
 HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
@@ -197,9 +193,9 @@ HAK_INTERNAL void  hak_profile_fork_child(void);
 /* The calling thread's heap, made or adopted now if it has none (hakmem
  * is started: the caller's job, as for every heap function). */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
-/* thread_exit: the destructor of the key that holds each thread's heap
- * (hakmem_init.c), which calls hak_heap_thread_exit. */
-HAK_INTERNAL void hak_heap_init(void (*thread_exit)(void *heap));
+/* exit_fn: the destructor of the key that holds each thread's heap
+ * (hakmem_init.c's thread_exit, which calls hak_heap_thread_exit). */
+HAK_INTERNAL void hak_heap_init(void (*exit_fn)(void *heap));
 /* What hak_heap_thread_exit says the caller has to do. */
 enum {
     HAK_EXIT_KICK = 1,   /* the heap stamped enough: start the purger */
