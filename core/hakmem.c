@@ -1,6 +1,10 @@
 /* The malloc API: routes each call to its tier, and interposes the libc
  * names.  The fast paths (Tiny pop/push, ring pop/push) are inlined here
- * from core/box/. */
+ * from core/box/; when one cannot finish it says so, and the slow paths
+ * here decide what comes next (malloc_slow, malloc_first, free_cold): they
+ * start hakmem, make the thread's heap, sample, answer trim requests, run
+ * housekeeping and start the purger, which the layers below never call up
+ * to do (docs/ARCHITECTURE.md, section 0). */
 #include "hakmem_internal.h"
 #include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"

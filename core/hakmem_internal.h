@@ -1,6 +1,8 @@
 /* hakmem — what the files of core/ call of each other, grouped by the file
  * that defines it (which layer calls which: docs/ARCHITECTURE.md, section
- * 0).  The configuration is in hakmem_config.h, the data structures in
+ * 0; no file calls a layer above its own but through the two callbacks
+ * hak_init sets: hak_chunk_map_on_refusal and the thread-exit destructor
+ * handed to hak_heap_init).  The configuration is in hakmem_config.h, the data structures in
  * hakmem_types.h, the platform layer in hakmem_os.h. */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H

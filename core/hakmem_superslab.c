@@ -9,7 +9,8 @@
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
  *             (see ss_state_check in hakmem_slab.c), so it empties out.  Revived
- *             to HOT when no HOT SuperSlab has room.
+ *             to HOT when no HOT SuperSlab has room (its parked slabs are
+ *             put back by the slab layer, which hak_ss_span_alloc tells).
  *   FREE      no span left: in the global cache, its pages as they were
  *             (a heap that needs a SuperSlab soon takes it warm).  A heap
  *             keeps one empty SuperSlab as a spare.
