@@ -1,6 +1,10 @@
 /* The malloc API: routes each call to its tier, and interposes the libc
  * names.  The fast paths (Tiny pop/push, ring pop/push) are inlined here
- * from core/box/. */
+ * from core/box/; when one cannot finish it says so, and the slow paths
+ * here decide what comes next (malloc_slow, malloc_first, free_cold): they
+ * start hakmem, make the thread's heap, sample, answer trim requests, run
+ * housekeeping and start the purger, which the layers below never call up
+ * to do (docs/ARCHITECTURE.md, section 0). */
 #include "hakmem_internal.h"
 #include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
@@ -33,6 +37,7 @@ HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
         errno = ENOMEM;
         return NULL;
     }
+    hak_ensure_init();       /* the first mapping may be this one */
     bool sample = hak_unlikely(hak_profile_on) && hak_profile_large_due(size);
     void *p = hak_large_alloc(size, align, zero);
     if (p == NULL) return NULL;
@@ -46,15 +51,64 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
     return large_alloc(size, 0, false);
 }
 
+static void *malloc_slow(size_t size, hak_heap_t *h);
+
+/* What the layers below stamped for the purger starts it, now that no
+ * lock is held. */
+static inline void purge_kick_due(hak_heap_t *h) {
+    if (hak_heap_kick_due(h)) hak_purge_kick();
+}
+
+/* The empty heap's slow path: a thread's first allocation, or with
+ * HAKMEM_STATS (whose fast paths keep seeing the empty heap) every one.
+ * Starts hakmem if it has not started, and makes or adopts the thread's
+ * heap. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
+    hak_ensure_init();
+    hak_heap_t *h = hak_heap_for_thread();
+    if (h == NULL) return hak_alloc_without_heap(size);
+    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size)
+                                   : hak_pool_alloc(h, hak_mid_class(size), size);
+    if (p == NULL) p = malloc_slow(size, h);
+    if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+    purge_kick_due(h);      /* an adopted heap collects and retires slabs */
+    return p;
+}
+
+/* Every request of at most 1 MiB the fast paths could not serve, in this
+ * order: the empty heap; the profiler's countdown (run out on the fast
+ * path, or due now: the fast path counts only when it has a block); a
+ * malloc_trim of another thread asking this one to flush (trim_request);
+ * then the tier's slow path, and after it, every 256th time, housekeeping
+ * (hakmem_purge.c), and the purger if the layers below stamped enough. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
+    if (h == &hak_empty_heap) return malloc_first(size);
+    if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) return hak_profile_alloc(size);
+    if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
+        hak_heap_trim_self(h);
+    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
+    if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
+    purge_kick_due(h);
+    return p;
+}
+
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
-    if (hak_likely(size <= HAK_L25_MAX)) return hak_pool_alloc(h, hak_mid_class(size), size);
+    if (hak_likely(size <= HAK_L25_MAX)) {
+        void *p = hak_pool_alloc(h, hak_mid_class(size), size);
+        if (hak_likely(p != NULL)) return p;
+        return malloc_slow(size, h);
+    }
     return alloc_large(size);
 }
 
 HAK_ALLOC_PATH void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_heap;
-    if (hak_likely(size <= HAK_TINY_MAX)) return hak_tiny_alloc(h, size);
+    if (hak_likely(size <= HAK_TINY_MAX)) {
+        void *p = hak_tiny_alloc(h, size);
+        if (hak_likely(p != NULL)) return p;
+        return malloc_slow(size, h);
+    }
     return alloc_mid_or_large(size, h);
 }
 
@@ -129,6 +183,18 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
+/* The slow paths of the owner's free: a slab to act on (empty, or parked
+ * with room), a full ring.  What they stamp starts the purger here. */
+static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
+    hak_slab_free_slow(h, s);
+    purge_kick_due(h);
+}
+
+static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
+    hak_pool_free_ring_full(h, r, p);
+    purge_kick_due(h);
+}
+
 /* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
  * profiler sampled, foreign pointers, junk, and (HAKMEM_STATS=1) everything. */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
@@ -157,18 +223,27 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
         if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
-        hak_large_free(p);     /* stops on an invalid pointer */
+        bool cached = hak_large_free(p);     /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
+        if (cached) hak_purge_kick();
         return;
     }
     if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
         hak_heap_t *h = hak_tls_owner;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
-        if (s->owner != h) hak_remote_free(s, p);
-        else if (s->tier == HAK_TIER_TINY) hak_slab_push(h, s, p);
-        else if (s->tier == HAK_TIER_TINY_C2) hak_c2_free(h, p);
-        else hak_pool_free(h, s->ring, p);
+        if (s->owner != h) {
+            if (hak_remote_free(s, p)) hak_purge_kick();
+            return;
+        }
+        if (s->tier == HAK_TIER_TINY) {
+            if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
+        } else if (s->tier == HAK_TIER_TINY_C2) {
+            if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
+        } else if (!hak_pool_free(s->ring, p)) {
+            hak_pool_free_ring_full(h, s->ring, p);
+        }
+        purge_kick_due(h);
         return;
     }
     __libc_free(p);
@@ -184,11 +259,12 @@ void hak_free(void *p) {
         hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            hak_slab_push(h, s, p);
+            if (hak_unlikely(hak_slab_push(s, p))) free_slab_slow(h, s);
             return;
         }
         if (hak_likely(s->owner == h)) {
-            hak_pool_free(h, s->ring, p);    /* 32-byte cache: hak_pool_free_ring_full */
+            /* the 32-byte cache's blocks too: their ring is the empty ring */
+            if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
     }
@@ -231,7 +307,9 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
-        void *q = hak_large_realloc(p, size);
+        bool cached;
+        void *q = hak_large_realloc(p, size, &cached);
+        if (cached) hak_purge_kick();
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
         if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
         return q;

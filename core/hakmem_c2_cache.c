@@ -27,7 +27,8 @@ void hak_c2_flush(hak_heap_t *h, unsigned keep) {
     else c->free = NULL;
     while (b != NULL) {
         hak_block_t *next = hak_link_get_any(b);
-        hak_slab_push(h, hak_slab_of(b), b);
+        hak_slab_t *s = hak_slab_of(b);
+        if (hak_slab_push(s, b)) hak_slab_free_slow(h, s);
         c->used++;
         b = next;
     }
@@ -35,7 +36,7 @@ void hak_c2_flush(hak_heap_t *h, unsigned keep) {
 
 void hak_c2_free_full(hak_heap_t *h, void *p) {
     hak_c2_flush(h, HAK_C2_CACHE_CAP / 2);
-    hak_c2_free(h, p);
+    hak_c2_free(h, p);      /* room now */
 }
 
 /* The cache ran dry: half a cache of blocks from the class's slabs. */

@@ -127,7 +127,6 @@ static void heap_abandon_locked(hak_heap_t *h) {
  * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
  * takes a slow path that counts it: statistics cost nothing when off. */
 hak_heap_t *hak_heap_for_thread(void) {
-    hak_ensure_init();
     if (hak_tls_owner != NULL) return hak_tls_owner;
     if (tls_thread_done) return NULL;
     hak_lock(&heap_lock);
@@ -149,33 +148,20 @@ hak_heap_t *hak_heap_for_thread(void) {
     return h;
 }
 
-/* A Tiny or pool allocation from heap h, counted for HAKMEM_STATS (whose
- * fast paths see only the empty heap). */
-HAK_ALLOC_PATH static void *heap_alloc_counted(hak_heap_t *h, size_t size) {
-    unsigned cls;
+/* An allocation from heap h that nothing samples: the fast path, then the
+ * tier's slow path (a borrowed heap, below; the profiler's own requests,
+ * made with the countdown set aside). */
+HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
     void *p;
     if (size <= HAK_TINY_MAX) {
-        cls = hak_tiny_class(size);
-        if (cls == HAK_C2_CLASS) cls = HAK_C2_REAL_CLASS;
         p = hak_tiny_alloc(h, size);
-    } else {
-        cls = hak_mid_class(size);
-        p = hak_pool_alloc(h, cls, size);
+        return p != NULL ? p : hak_tiny_alloc_slow(size, h);
     }
-    if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
-    return p;
-}
-
-/* The empty heap's slow path, for both Tiny and the ring pools: a thread's
- * first allocation, or with HAKMEM_STATS every one. */
-HAK_ALLOC_PATH void *hak_heap_first_alloc(size_t size) {
-    hak_heap_t *h = hak_heap_for_thread();
-    if (h == NULL) return hak_alloc_without_heap(size);
-    return heap_alloc_counted(h, size);
+    p = hak_pool_alloc(h, hak_mid_class(size), size);
+    return p != NULL ? p : hak_pool_alloc_slow(size, h);
 }
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
-    hak_ensure_init();
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_new();
     hak_unlock(&heap_lock);
@@ -192,7 +178,8 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
  * time while that runs and put back at its tail, so a new thread finds the
  * others there to adopt and successive calls go round; or, IN_PLACE, all
  * of them under heap_lock.  Returns, for NOTIFIED, whether it stopped with
- * more to look at; for IN_PLACE, whether SuperSlabs went back; else false. */
+ * more to look at; for IN_PLACE, whether SuperSlabs went back; for ONE,
+ * whether the heap stamped enough to start the purger; else false. */
 static bool reclaim_lock(unsigned how) {
     if (how & HAK_RECLAIM_TRY) return hak_trylock(&heap_lock);
     hak_lock(&heap_lock);
@@ -235,6 +222,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
         hak_unlock(&heap_lock);
         if (b == NULL) return false;
         heap_reclaim(b);
+        if (how & HAK_RECLAIM_ONE) more = hak_heap_kick_due(b);
         hak_lock(&heap_lock);
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
@@ -278,22 +266,23 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
     *dirty_pages = d;
 }
 
-/* pthread key destructor: the thread is exiting.  Its rings go back to the
- * slabs and the heap waits for a new thread, warm: threads that come and go
- * (a server's workers, Larson) adopt it at once.  If none comes, the running
- * threads' housekeeping sweeps it without spares and purges its pages. */
-static void heap_thread_exit(void *arg) {
-    hak_heap_t *h = arg;
-    if (h == NULL || h != hak_tls_owner) return;
+/* The thread is exiting (its key's destructor, hakmem_init.c).  Its rings
+ * go back to the slabs and the heap waits for a new thread, warm: threads
+ * that come and go (a server's workers, Larson) adopt it at once.  If none
+ * comes, the running threads' housekeeping sweeps it without spares and
+ * purges its pages.  Returns HAK_EXIT_* flags. */
+unsigned hak_heap_thread_exit(hak_heap_t *h) {
+    if (h == NULL || h != hak_tls_owner) return 0;
     heap_reclaim(h);
+    unsigned todo = hak_heap_kick_due(h) ? HAK_EXIT_KICK : 0;
     hak_tls_heap = &hak_empty_heap;
     hak_tls_owner = NULL;
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);
-    bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
+    if (__atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0) todo |= HAK_EXIT_LAST;
     hak_unlock(&heap_lock);
-    if (last) hak_purge_wake();    /* the process may be ending: let the purger go */
+    return todo;
 }
 
 /* Allocation by a thread whose heap is gone (a destructor running after
@@ -304,9 +293,10 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     void *p = NULL;
     if (h != NULL) {
         hak_tls_owner = h;
-        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted in the slow path */
+        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted below */
         h->keep_spares = true;
-        p = heap_alloc_counted(h, size);
+        p = hak_heap_alloc(h, size);
+        if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
         heap_park(h);
         hak_tls_heap = &hak_empty_heap;
         hak_tls_owner = NULL;
@@ -318,8 +308,8 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
 }
 
 /* ---- start-up and fork (the handlers: hakmem_init.c) -------------------------- */
-void hak_heap_init(void) {
-    heap_key_ready = pthread_key_create(&heap_key, heap_thread_exit) == 0;
+void hak_heap_init(void (*exit_fn)(void *heap)) {
+    heap_key_ready = pthread_key_create(&heap_key, exit_fn) == 0;
 }
 
 void hak_heap_fork_lock(void)   { hak_lock(&heap_lock); }

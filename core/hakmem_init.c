@@ -1,13 +1,13 @@
 /* Start-up and fork: the wiring of every layer, so it lives above them all.
- * Start-up is lazy (hak_ensure_init, from the first call that needs it, or
- * the constructor below); the fork handlers hold every hakmem lock across
+ * Start-up is lazy (hak_ensure_init, from the API's first call that needs
+ * it, or the constructor below); the fork handlers hold every hakmem lock across
  * fork(). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
 #include <pthread.h>
 
-_Atomic int hak_initialized;
+static _Atomic int hak_initialized;
 static hak_lock_t init_lock;
 
 /* ---- fork -------------------------------------------------------------------
@@ -59,10 +59,21 @@ static void fork_child(void) {
     hak_purge_fork_child();
 }
 
+/* ---- thread exit -------------------------------------------------------------
+ * The destructor of the key that holds each thread's heap (hak_heap_init):
+ * the heap is abandoned (hakmem_heap.c), then the purger is started if that
+ * stamped enough, and woken if no thread has a heap any more (the process
+ * may be ending: it need not wait). */
+static void thread_exit(void *heap) {
+    unsigned todo = hak_heap_thread_exit(heap);
+    if (todo & HAK_EXIT_KICK) hak_purge_kick();
+    if (todo & HAK_EXIT_LAST) hak_purge_wake();
+}
+
 /* ---- process start-up -------------------------------------------------------
  * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
  * hak_initialized is set. */
-void hak_init(void) {
+static void hak_init(void) {
     hak_lock(&init_lock);
     if (atomic_load_explicit(&hak_initialized, memory_order_relaxed)) {
         hak_unlock(&init_lock);
@@ -75,10 +86,14 @@ void hak_init(void) {
     if (hak_opt.tiny_c2_cache) hak_c2_enable();
     hak_profile_init();
     hak_free_check_init();
-    hak_heap_init();
+    hak_heap_init(thread_exit);
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void hak_ensure_init(void) {
+    if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire))) hak_init();
 }
 
 __attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }

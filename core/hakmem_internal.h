@@ -1,6 +1,8 @@
 /* hakmem — what the files of core/ call of each other, grouped by the file
  * that defines it (which layer calls which: docs/ARCHITECTURE.md, section
- * 0).  The configuration is in hakmem_config.h, the data structures in
+ * 0; no file calls a layer above its own but through the two callbacks
+ * hak_init sets: hak_chunk_map_on_refusal and the thread-exit destructor
+ * handed to hak_heap_init).  The configuration is in hakmem_config.h, the data structures in
  * hakmem_types.h, the platform layer in hakmem_os.h. */
 #ifndef HAKMEM_INTERNAL_H
 #define HAKMEM_INTERNAL_H
@@ -20,13 +22,11 @@ extern hak_ring_t hak_empty_ring;
 extern __thread hak_heap_t *hak_tls_heap;
 extern __thread hak_heap_t *hak_tls_owner;
 
-/* start-up (hakmem_init.c) */
-HAK_INTERNAL void hak_init(void);
-HAK_INTERNAL extern _Atomic int hak_initialized;
-static inline void hak_ensure_init(void) {
-    if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire)))
-        hak_init();
-}
+/* start-up (hakmem_init.c).  Lazy: the API starts hakmem before it first
+ * calls down (a thread's first heap, the first large mapping; the
+ * profiler's constructor); the layers below never call up to start it.
+ * Out of line: it is only ever on slow paths. */
+HAK_INTERNAL void hak_ensure_init(void);
 
 /* The chunk map and hakmem's own memory (hakmem_chunk_map.c). */
 HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
@@ -75,33 +75,37 @@ HAK_INTERNAL void hak_purge_fork_parent(void);
 HAK_INTERNAL void hak_purge_fork_child(void);
 /* The OS refused memory: everything cached goes back (hak_chunk_map_on_refusal). */
 HAK_INTERNAL bool hak_make_room(void);
-/* From the owner's slow path now and then (every 256 refills). */
+/* From the owner's slow path now and then (every 256 refills, hakmem.c). */
 HAK_INTERNAL void hak_housekeeping(hak_heap_t *h);
 
 /* The heap lock.  The owner takes it on its slow paths (nestable: only the
  * owner uses lock_depth) around the state other threads' purges read and
  * change: its SuperSlab list and page maps, and the free lists of its L2 and
  * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
- * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
- * Letting go of it starts the purger if enough was stamped meanwhile. */
+ * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock. */
 static inline void hak_heap_lock(hak_heap_t *h) {
     if (h->lock_depth++ == 0) hak_lock(&h->lock);
 }
 static inline void hak_heap_unlock(hak_heap_t *h) {
-    if (--h->lock_depth == 0) {
-        hak_unlock(&h->lock);
-        if (h->purge_pending >= HAK_PURGE_KICK_MIN) {
-            h->purge_pending = 0;
-            hak_purge_kick();
-        }
-    }
+    if (--h->lock_depth == 0) hak_unlock(&h->lock);
+}
+
+/* The layers below reclamation only count what they stamp
+ * (h->purge_pending); whoever called them asks this when it holds no lock,
+ * and starts the purger (hak_purge_kick) if h has stamped
+ * HAK_PURGE_KICK_MIN bytes since it was last asked. */
+static inline bool hak_heap_kick_due(hak_heap_t *h) {
+    if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
+    h->purge_pending = 0;
+    return true;
 }
 
 /* SuperSlabs (hakmem_superslab.c) */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
-                                          bool page0);
+                                          bool page0, bool *revived);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now,
+                                         uint32_t delay);
 HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
@@ -114,8 +118,9 @@ HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, un
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL void hak_slab_revive(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
+HAK_INTERNAL uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 
@@ -132,21 +137,23 @@ HAK_INTERNAL void hak_c2_enable(void);
 HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
-HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r);
+HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);
 HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
-HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 
 /* Large tier (hakmem_large.c) */
 HAK_INTERNAL void  *hak_large_alloc(size_t size, size_t align, bool zero);
-HAK_INTERNAL void   hak_large_free(void *p);
-HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size);
+/* hak_large_free, and a realloc that shrinks a block (*cached), keep the
+ * freed range in the cache, stamped: true then, and the caller (with no
+ * lock held) starts the purger. */
+HAK_INTERNAL bool   hak_large_free(void *p);
+HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size, bool *cached);
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
@@ -160,6 +167,7 @@ HAK_INTERNAL void   hak_large_unlock_all(void);
 /* Statistics (hakmem_stats.c): called only with HAKMEM_STATS=1.  Class
  * HAK_NUM_CLASSES stands for the large tier. */
 HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
+HAK_INTERNAL void hak_stats_alloc_request(size_t size);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
@@ -184,19 +192,30 @@ HAK_INTERNAL void  hak_profile_unlock_all(void);
 HAK_INTERNAL void  hak_profile_fork_child(void);
 
 /* Heaps and threads (hakmem_heap.c) */
+/* The calling thread's heap, made or adopted now if it has none (hakmem
+ * is started: the caller's job, as for every heap function). */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
-HAK_INTERNAL void hak_heap_init(void);
+/* exit_fn: the destructor of the key that holds each thread's heap
+ * (hakmem_init.c's thread_exit, which calls hak_heap_thread_exit). */
+HAK_INTERNAL void hak_heap_init(void (*exit_fn)(void *heap));
+/* What hak_heap_thread_exit says the caller has to do. */
+enum {
+    HAK_EXIT_KICK = 1,   /* the heap stamped enough: start the purger */
+    HAK_EXIT_LAST = 2,   /* no thread has a heap any more: wake the purger */
+};
+HAK_INTERNAL unsigned hak_heap_thread_exit(hak_heap_t *h);
 HAK_INTERNAL void hak_heap_fork_lock(void);
 HAK_INTERNAL void hak_heap_fork_unlock(void);
 HAK_INTERNAL void hak_heap_fork_child(void);
-HAK_INTERNAL void *hak_heap_first_alloc(size_t size);
+HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 /* What hak_heap_reclaim_abandoned does, and to which heaps. */
 enum {
-    HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping) */
+    HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping:
+                                  says whether to start the purger) */
     HAK_RECLAIM_NOTIFIED = 2,  /* those with remote frees notified, 8 at most (purger) */
     HAK_RECLAIM_TRY      = 4,  /* not if heap_lock is held (the caller may hold it) */
     HAK_RECLAIM_IN_PLACE = 8,  /* all, left on the list, under heap_lock (making

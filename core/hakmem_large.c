@@ -148,11 +148,11 @@ static bool cache_evict_oldest(range_t *out) {
 /* A freed range: merged with cached neighbours (the merged range takes the
  * newest stamp: nothing goes back early), room made by sending the oldest
  * ranges back.  With delay 0, or bigger than the whole cache, it goes back
- * at once. */
-static void cache_put(char *base, size_t len) {
+ * at once.  Returns whether it was kept, stamped for the purger. */
+static bool cache_put(char *base, size_t len) {
     if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES) {
         release(base, len);
-        return;
+        return false;
     }
     uint32_t now = hak_now_ms();
     range_t out[4];
@@ -179,7 +179,7 @@ static void cache_put(char *base, size_t len) {
     hak_unlock(&cache_lock);
     for (unsigned i = 0; i < nout; i++) release(out[i].base, out[i].len);
     if (!kept) release(base, len);
-    else hak_purge_kick();
+    return kept;
 }
 
 size_t hak_large_cached_bytes(void) { return __atomic_load_n(&cache_bytes, __ATOMIC_RELAXED); }
@@ -302,7 +302,6 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         }
     }
     if (base == NULL) {
-        hak_ensure_init();
         base = map_large(len, map_align);
         if (base == NULL) {
             errno = ENOMEM;
@@ -322,13 +321,13 @@ bool hak_large_valid(const void *p) {
     return hdr_of(p)->magic == (LARGE_MAGIC ^ (uintptr_t)p);
 }
 
-void hak_large_free(void *p) {
+bool hak_large_free(void *p) {
     if (!hak_large_valid(p)) hak_fatal("free(): invalid or already freed large block", p);
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
     size_t len = h->len;
     h->magic = 0;
-    cache_put(base, len);
+    return cache_put(base, len);
 }
 
 size_t hak_large_usable(const void *p) {
@@ -339,7 +338,8 @@ size_t hak_large_usable(const void *p) {
 /* Resize in place or move the pages with mremap; NULL (errno ENOMEM) leaves
  * the block intact.  A block may span several kernel mappings (gathered, or
  * made of ranges the cache merged): move_range moves it piece by piece. */
-void *hak_large_realloc(void *p, size_t size) {
+void *hak_large_realloc(void *p, size_t size, bool *cached) {
+    *cached = false;
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
     size_t len = h->len, off = (size_t)((char *)p - base);
@@ -352,7 +352,7 @@ void *hak_large_realloc(void *p, size_t size) {
     int saved = errno;
     if (new_len < len) {                       /* shrink: the tail to the cache */
         h->len = new_len;
-        cache_put(base + new_len, len - new_len);
+        *cached = cache_put(base + new_len, len - new_len);
         errno = saved;
         return p;
     }

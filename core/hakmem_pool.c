@@ -30,14 +30,12 @@ static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
     return r;
 }
 
-HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h, hak_ring_t *r) {
+/* The ring of a thread's heap is empty (the empty heap, sampling and trim
+ * requests are the caller's: hakmem.c). */
+HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
     unsigned cls = hak_mid_class(size);
-    if (h == &hak_empty_heap) return hak_heap_first_alloc(size);
-    /* The fast path's countdown happens only when it has a block. */
-    if (hak_unlikely((h->sample_left -= (int64_t)size) < 0)) return hak_profile_alloc(size);
+    hak_ring_t *r = hak_pool_ring(h, cls);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
-    if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
-        hak_heap_trim_self(h);
     /* Half a ring, but a class a thread has just started to use gets one
      * block, then 2, 4, ...: a thread that needs one block does not take
      * (and touch) a ring's worth. */
@@ -106,7 +104,7 @@ static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
     }
     /* decided before the free, which may retire the slab */
     bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_PARKED) - 1);
-    hak_slab_push(h, s, p);
+    if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
     if (purge) hak_slab_purge(s, now, 0);
 }
 
@@ -116,7 +114,7 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
     hak_slab_t *s = hak_slab_of(p);
     hak_heap_lock(h);          /* the purger reads the ring classes' slabs */
     if (s->cls < HAK_L2_FIRST) {
-        hak_slab_push(h, s, p);
+        if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
     } else {
         bool at_once = hak_opt.purge_delay_ms == 0;
         if (!at_once) h->purge_pending += hak_class_block_size[s->cls];
@@ -160,7 +158,7 @@ void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     if (r == &hak_empty_ring) {
         hak_slab_t *s = hak_slab_of(p);
         if (s->tier == HAK_TIER_TINY_C2) {
-            hak_c2_free(h, p);
+            if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
             return;
         }
         r = ring_open(h, s->cls);   /* a class this heap had not used yet */

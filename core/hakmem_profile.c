@@ -476,10 +476,7 @@ static hak_heap_t *profile_heap(void) {
 
 /* An allocation from h that the countdown does not see (sample_left is
  * INT64_MAX meanwhile). */
-static void *alloc_plain(hak_heap_t *h, size_t size) {
-    if (size <= HAK_TINY_MAX) return hak_tiny_alloc(h, size);
-    return hak_pool_alloc(h, hak_mid_class(size), size);
-}
+static void *alloc_plain(hak_heap_t *h, size_t size) { return hak_heap_alloc(h, size); }
 
 static _Atomic int dump_requested;
 static void dump_on_signal(void);

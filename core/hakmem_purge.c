@@ -14,15 +14,16 @@
  * and stays resident, so that whatever is wanted again soon is reused
  * without a page fault.  Once it has stayed unused for HAKMEM_PURGE_DELAY_MS
  * it goes back:
- *   free pages of SuperSlabs (owned or cached)   hak_ss_purge, _purge_cache
+ *   free pages of SuperSlabs (owned or cached)   hak_ss_purge_pages, _purge_cache
  *   free L2.5 blocks, free pages of L2 slabs      hak_slab_purge
  *   cached large mappings                         hak_large_purge
  * With a delay of 0 all of this happens at once, where it is freed.
  *
  * Who: a purger thread.  A heap that has stamped HAK_PURGE_KICK_MIN bytes
- * with no purger running starts one (hak_purge_kick, called where the
- * stamping thread lets go of its locks; so does a freed large mapping, and
- * a remote free into the heap of an exited thread);
+ * with no purger running starts one (hak_purge_kick: the layers below only
+ * count what they stamp, and hakmem.c's slow paths, housekeeping and a
+ * thread's exit ask, hak_heap_kick_due; a freed large mapping starts one
+ * too, and a remote free into the heap of an exited thread);
  * it sleeps until the next stamp falls due, gives back what is due, and
  * exits once nothing is left, so an idle program has no purger and costs
  * nothing.  It blocks every signal, is detached, exits when it is the
@@ -62,7 +63,6 @@ static _Atomic int purger_wake;        /* futex word: wake up early */
 static bool purge_no_thread;           /* a purger could not be made */
 static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due */
 
-static __thread bool tls_trimming;    /* malloc_trim gives it all back itself */
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
  * profiler's (no thread; used under the profiler's lock, whose holder takes
@@ -89,7 +89,7 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
         } else {
             hak_lock(&h->lock);
         }
-        uint32_t w = hak_ss_purge(h, now, delay);
+        uint32_t w = hak_slab_purge_heap(h, now, delay);
         hak_unlock(&h->lock);
         if (w < wait) wait = w;
     }
@@ -170,7 +170,7 @@ static bool purger_start(void) {
 /* Something was stamped: make sure someone will give it back.  Called with
  * no hakmem lock held (pthread_create allocates). */
 void hak_purge_kick(void) {
-    if (hak_opt.purge_delay_ms == 0 || tls_trimming) return;
+    if (hak_opt.purge_delay_ms == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (purge_no_thread) {
         uint32_t due = hak_now_ms() + (uint32_t)hak_opt.purge_delay_ms;
@@ -210,9 +210,10 @@ void hak_purge_wake(void) {
 bool hak_purge_everything(void) {
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     hak_heap_t *me = hak_tls_owner;
-    tls_trimming = true;
-    if (me != NULL) hak_heap_trim_self(me);
-    tls_trimming = false;
+    if (me != NULL) {
+        hak_heap_trim_self(me);
+        me->purge_pending = 0;     /* all of it goes back below: no purger needed */
+    }
     hak_lock(&purge_lock);
     hak_heap_reclaim_abandoned(0);
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
@@ -221,7 +222,7 @@ bool hak_purge_everything(void) {
         if (h != me && st == HAK_HEAP_ACTIVE)
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
         hak_lock(&h->lock);
-        hak_ss_purge(h, 0, 0);
+        hak_slab_purge_heap(h, 0, 0);
         hak_unlock(&h->lock);
     }
     hak_large_trim_cache();
@@ -239,7 +240,7 @@ void hak_housekeeping(hak_heap_t *h) {
     /* not from the profiler's heap: its lock may not wait for heap_lock */
     if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
     hak_purge_inline();
-    hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY);
+    if (hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY)) hak_purge_kick();
 }
 
 /* When the OS says no (hakmem_chunk_map.c): the empty SuperSlabs of exited
@@ -261,7 +262,7 @@ void hak_purge_fork_prepare(void) { hak_lock(&purge_lock); }
 void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
 
 /* The child has no purger: the forking thread's next slow path starts one
- * if anything is stamped. */
+ * if anything is stamped (hak_heap_kick_due). */
 void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);

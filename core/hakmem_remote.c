@@ -8,8 +8,9 @@
  * had armed the slab, the first freer also pushes the slab onto the owner's
  * notify stack.  The slab cannot go away in between: a parked slab whose
  * NOTIFY is gone is never retired (slab_maybe_retire) until its
- * notification has come through. */
-void hak_remote_free(hak_slab_t *s, void *p) {
+ * notification has come through.  True when the slab's heap has no thread
+ * to collect it: the caller starts the purger. */
+bool hak_remote_free(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
@@ -28,8 +29,9 @@ void hak_remote_free(hak_slab_t *s, void *p) {
                                                         memory_order_seq_cst,
                                                         memory_order_relaxed));
         /* No thread will collect it: the purger does (hakmem_purge.c). */
-        if (hak_heap_state(owner) == HAK_HEAP_ABANDONED) hak_purge_kick();
+        return hak_heap_state(owner) == HAK_HEAP_ABANDONED;
     }
+    return false;
 }
 
 /* Move the blocks other threads freed into the owner's free list, keeping

@@ -35,7 +35,8 @@
 #define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
 #define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
 
-HAK_INTERNAL void hak_remote_free(hak_slab_t *s, void *p);
+/* True: the owner's thread has exited, the caller starts the purger. */
+HAK_INTERNAL bool hak_remote_free(hak_slab_t *s, void *p);
 /* Move the remote list into the free list; false if it was empty.  Owner. */
 HAK_INTERNAL bool hak_remote_collect(hak_slab_t *s);
 

@@ -12,6 +12,7 @@
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
+#include "box/slab_push_box.h"
 
 /* ---- the class queue: slabs that may still hand out blocks -------------- */
 static void queue_push_head(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
@@ -74,11 +75,25 @@ static inline char *slab_start(const hak_slab_t *s) {
     return (char *)hak_ss_of(s) + hak_slab_data_offset(idx);
 }
 
+static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified);
+
+/* ss is HOT (again, or just adopted): its parked slabs with room serve. */
+static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
+    for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
+        hak_slab_t *s = &ss->slabs[i];
+        if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
+            slab_has_room(s))
+            slab_unpark(h, s, false);
+    }
+}
+
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
+    bool revived;
     hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
-                                      cls < HAK_L2_FIRST);
+                                      cls < HAK_L2_FIRST, &revived);
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
+    if (revived) ss_slabs_unpark(h, ss);    /* before s, whose span is still unused */
     unsigned idx = (unsigned)(s - ss->slabs);
     size_t start = hak_slab_data_offset(idx);
     size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
@@ -170,6 +185,16 @@ static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
     return bits;
 }
 
+/* A free L2.5 block gives its pages to the OS, all but the first (which
+ * holds its link, freed-mark and stamp): once it has stayed unused on its
+ * slab's free list for the purge delay (hak_slab_purge), or at once when
+ * the ring flushes it with HAKMEM_PURGE_DELAY_MS=0 (hakmem_pool.c). */
+void hak_l25_block_decommit(void *p, unsigned cls) {
+    uintptr_t first = ((uintptr_t)p + 2 * 4096 - 1) & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + hak_class_block_size[cls]) & ~(uintptr_t)4095;
+    if (end > first) hak_os_decommit((void *)first, end - first);
+}
+
 static uint32_t l25_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
     uint32_t wait = HAK_PURGE_NONE;
     for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
@@ -221,6 +246,30 @@ uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
         while (k + run < SLAB_OS_PAGES && (release >> (k + run) & 1)) run++;
         hak_os_decommit(start + (size_t)k * OS_PAGE, (size_t)run * OS_PAGE);
         k += run;
+    }
+    return wait;
+}
+
+/* Give back what of heap h has stayed unused for the delay (delay 0: all
+ * of it, malloc_trim): each SuperSlab's free pages (hak_ss_purge_pages),
+ * and the free blocks of its slabs that give pages back while they live.
+ * Caller holds h->lock. */
+uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay) {
+    uint32_t wait = HAK_PURGE_NONE;
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
+        uint32_t w = hak_ss_purge_pages(h, ss, now, delay);
+        if (w < wait) wait = w;
+        uint64_t spans = ~ss->free_pages;
+        while (spans != 0) {
+            unsigned i = (unsigned)__builtin_ctzll(spans);
+            hak_slab_t *s = &ss->slabs[i];
+            unsigned n = s->npages ? s->npages : 1;
+            spans &= n >= 64 ? 0 : ~((((uint64_t)1 << n) - 1) << i);
+            if (ss->page_head[i] == i && hak_slab_purgeable(s)) {
+                w = hak_slab_purge(s, now, delay);
+                if (w < wait) wait = w;
+            }
+        }
     }
     return wait;
 }
@@ -358,12 +407,14 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
     if (locked) hak_heap_unlock(h);
-    if ((++h->slow_count & 255) == 0) hak_housekeeping(h);
     return got;
 }
 
-/* After a local free made the slab empty, or freed into a parked slab. */
-static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
+/* After a local free made the slab empty, or freed into a parked slab
+ * (the push's own test, box/slab_push_box.h, has already sent away most of
+ * those that stay parked). */
+void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
+    if (hak_slab_stays_parked(s)) return;
     if (slab_is_parked(s) && slab_used(s) != 0) {
         if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
         return;
@@ -374,15 +425,6 @@ static HAK_NOINLINE void free_slow_act(hak_heap_t *h, hak_slab_t *s) {
         hak_heap_unlock(h);
     }
 }
-
-/* Most calls are frees into a parked slab that stays parked (not yet an
- * eighth free): that answer comes first, with nothing to save. */
-void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
-    uint32_t used = s->used & ~HAK_SLAB_PARKED;
-    if ((s->used & HAK_SLAB_PARKED) && used != 0 && used > s->unpark_used) return;
-    free_slow_act(h, s);
-}
-
 
 /* The owner's side of HAK_REMOTE_NOTIFY: slabs that other threads freed
  * into while the owner was not looking. */
@@ -414,11 +456,6 @@ void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s) {
     slab_maybe_retire(h, s);
 }
 
-/* Its SuperSlab is HOT again: a parked slab with room goes back in service. */
-void hak_slab_revive(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_is_parked(s) && slab_has_room(s)) slab_unpark(h, s, false);
-}
-
 /* The heap is being abandoned: every slab is parked with NOTIFY armed, so a
  * remote free into any of them reaches the notify stack.  Caller holds the
  * heap lock. */
@@ -430,14 +467,7 @@ void hak_slab_park_all(hak_heap_t *h) {
 /* A thread adopts the heap: its parked slabs with room serve again. */
 void hak_slab_unpark_all(hak_heap_t *h) {
     hak_heap_lock(h);
-    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        if (hak_ss_state(ss) != HAK_SS_HOT) continue;
-        for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
-            hak_slab_t *s = &ss->slabs[i];
-            if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
-                slab_has_room(s))
-                slab_unpark(h, s, false);
-        }
-    }
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        if (hak_ss_state(ss) == HAK_SS_HOT) ss_slabs_unpark(h, ss);
     hak_heap_unlock(h);
 }

@@ -31,6 +31,12 @@ void hak_stats_alloc(unsigned cls, size_t bytes) {
     add_live((int64_t)bytes);
 }
 
+/* A request of at most 1 MiB, in the class that serves it. */
+void hak_stats_alloc_request(size_t size) {
+    unsigned cls = (unsigned)hak_size_class(size);
+    hak_stats_alloc(cls, hak_class_block_size[cls]);
+}
+
 void hak_stats_free(unsigned cls, size_t bytes, bool remote) {
     atomic_fetch_add_explicit(&frees[cls], 1, memory_order_relaxed);
     if (remote) atomic_fetch_add_explicit(&remote_frees[cls], 1, memory_order_relaxed);

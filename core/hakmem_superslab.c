@@ -9,14 +9,15 @@
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
  *             (see ss_state_check in hakmem_slab.c), so it empties out.  Revived
- *             to HOT when no HOT SuperSlab has room.
+ *             to HOT when no HOT SuperSlab has room (its parked slabs are
+ *             put back by the slab layer, which hak_ss_span_alloc tells).
  *   FREE      no span left: in the global cache, its pages as they were
  *             (a heap that needs a SuperSlab soon takes it warm).  A heap
  *             keeps one empty SuperSlab as a spare.
  * Giving memory back is by time only: a freed page is stamped (dirty_at)
  * and stays resident, for the owner or, in the cache, any heap, to take
  * again without a page fault; once it has stayed free for the purge delay
- * the purger decommits it (hak_ss_purge, hak_ss_purge_cache).  Cached
+ * the purger decommits it (hak_ss_purge_pages, hak_ss_purge_cache).  Cached
  * SuperSlabs with nothing resident beyond SS_CACHE_MAX are unmapped. */
 #include "hakmem_internal.h"
 #include "box/chunk_map_box.h"
@@ -159,17 +160,13 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
     return r != 0 ? __builtin_ctzll(r) : -1;
 }
 
-static void ss_revive(hak_heap_t *h, hak_superslab_t *ss) {
-    ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
-    for (unsigned i = 0; i < HAK_SS_PAGES; i++)
-        if (ss->page_head[i] == i && ss->slabs[i].tier != HAK_TIER_NONE)
-            hak_slab_revive(h, &ss->slabs[i]);
-}
-
 /* Free pages still resident are reused first (no page faults, and fewer
  * to decommit); then any free run of a HOT SuperSlab; then a DRAINING one
- * is revived; then a new SuperSlab. */
-hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0) {
+ * is revived (*revived: its slabs are the caller's to put back in
+ * service); then a new SuperSlab. */
+hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
+                              bool *revived) {
+    *revived = false;
     hak_superslab_t *ss = NULL, *draining = NULL;
     int idx = -1, draining_idx = -1;
     if (h->dirty_count >= npages) {
@@ -191,7 +188,8 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     if (ss == NULL && draining != NULL) {      /* no HOT room: revive before mapping */
         ss = draining;
         idx = draining_idx;
-        ss_revive(h, ss);
+        ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
+        *revived = true;
     }
     if (ss == NULL) {
         ss = ss_new(h);
@@ -254,29 +252,17 @@ void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
     if (ss->free_pages == ~(uint64_t)0 && release_ok(h, ss)) ss_release(h, ss);
 }
 
-/* Give back the heap's free pages, and the free blocks of its slabs that
- * may give pages back while they live, that have stayed unused for the
- * delay (delay 0: all of them, malloc_trim).  Caller holds h->lock. */
-uint32_t hak_ss_purge(hak_heap_t *h, uint32_t now, uint32_t delay) {
+/* Give back the free pages of h's SuperSlab ss that have stayed unused
+ * for the delay (delay 0: all of them, malloc_trim); the slab layer's walk
+ * (hak_slab_purge_heap) asks, and purges its slabs' free blocks.  Caller
+ * holds h->lock. */
+uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now, uint32_t delay) {
     uint32_t wait = HAK_PURGE_NONE;
-    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        uint64_t due = pages_due(ss, now, delay, &wait);
-        if (due != 0) {
-            decommit_pages(ss, due);
-            ss->dirty_pages &= ~due;
-            h->dirty_count -= (unsigned)__builtin_popcountll(due);
-        }
-        uint64_t spans = ~ss->free_pages;
-        while (spans != 0) {
-            unsigned i = (unsigned)__builtin_ctzll(spans);
-            hak_slab_t *s = &ss->slabs[i];
-            unsigned n = s->npages ? s->npages : 1;
-            spans &= n >= 64 ? 0 : ~((((uint64_t)1 << n) - 1) << i);
-            if (ss->page_head[i] == i && hak_slab_purgeable(s)) {
-                uint32_t w = hak_slab_purge(s, now, delay);
-                if (w < wait) wait = w;
-            }
-        }
+    uint64_t due = pages_due(ss, now, delay, &wait);
+    if (due != 0) {
+        decommit_pages(ss, due);
+        ss->dirty_pages &= ~due;
+        h->dirty_count -= (unsigned)__builtin_popcountll(due);
     }
     return wait;
 }

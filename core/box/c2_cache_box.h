@@ -7,17 +7,18 @@
 #include "hakmem_internal.h"
 #include "box/block_link_box.h"
 
-/* p is a block of a slab of tier HAK_TIER_TINY_C2 owned by h. */
-static inline void hak_c2_free(hak_heap_t *h, void *p) {
+/* p is a block of a slab of tier HAK_TIER_TINY_C2 owned by h.  False when
+ * the cache is full: p is not taken, the caller calls hak_c2_free_full. */
+static inline bool hak_c2_free(hak_heap_t *h, void *p) {
     hak_slab_t *c = &h->c2_cache;
     if (hak_likely(0u - c->used < HAK_C2_CACHE_CAP)) {
         hak_block_t *b = (hak_block_t *)p;
         hak_link_set(b, c->free);
         c->free = b;
         c->used--;
-        return;
+        return true;
     }
-    hak_c2_free_full(h, p);
+    return false;
 }
 
 #endif

@@ -12,7 +12,8 @@ static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
     return h->ring[cls];
 }
 
-/* size: the request, for the profiler's countdown. */
+/* size: the request, for the profiler's countdown.  NULL when the ring is
+ * empty or the countdown ran out: the caller takes the slow path. */
 static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     uint32_t n = r->count;      /* read once: the countdown's asm writes memory */
@@ -23,14 +24,15 @@ static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, s
         hak_ring_block_taken(p);
         return p;
     }
-    return hak_pool_alloc_slow(size, h, r);
 sample:
-    return hak_profile_alloc(size);
+    return NULL;
 }
 
 /* p's slab is owned by the calling thread (r is slab->ring, its ring for
- * the slab's class); p passed the free check. */
-static inline void hak_pool_free(hak_heap_t *h, hak_ring_t *r, void *p) {
+ * the slab's class); p passed the free check.  False when the ring is full
+ * (or the empty ring): p is not taken, the caller calls
+ * hak_pool_free_ring_full. */
+static inline bool hak_pool_free(hak_ring_t *r, void *p) {
     uint32_t n = r->count;
     if (hak_likely(n < r->cap)) {
         r->slot[n] = p;
@@ -41,9 +43,9 @@ static inline void hak_pool_free(hak_heap_t *h, hak_ring_t *r, void *p) {
 #else
         r->count = n + 1;
 #endif
-        return;
+        return true;
     }
-    hak_pool_free_ring_full(h, r, p);
+    return false;
 }
 
 #endif

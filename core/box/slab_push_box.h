@@ -7,9 +7,19 @@
 #include "hakmem_internal.h"
 #include "box/block_link_box.h"
 
+/* Most frees that leave the fast path go into a parked slab that stays
+ * parked (not yet an eighth of it free: unpark_used, on the descriptor's
+ * first line); that answer is given here, with no call. */
+static inline bool hak_slab_stays_parked(const hak_slab_t *s) {
+    uint32_t used = s->used & ~HAK_SLAB_PARKED;
+    return (s->used & HAK_SLAB_PARKED) && used != 0 && used > s->unpark_used;
+}
+
 /* p back onto the free list of its slab s, which the calling thread owns;
- * p passed the free check. */
-static inline void hak_slab_push(hak_heap_t *h, hak_slab_t *s, void *p) {
+ * p passed the free check.  True when the slab needs its owner's attention
+ * (it has just become empty, or is parked and may serve again): the caller
+ * then calls hak_slab_free_slow. */
+static inline bool hak_slab_push(hak_slab_t *s, void *p) {
     hak_block_t *b = (hak_block_t *)p;
     hak_link_set(b, s->free);
     s->free = b;
@@ -20,11 +30,11 @@ static inline void hak_slab_push(hak_heap_t *h, hak_slab_t *s, void *p) {
      * and tests: three instructions more on every free). */
 #if defined(__x86_64__) && defined(__GNUC__)
     __asm__ goto("subl $1, %0\n\tjle %l[slow]" : "+m"(s->used) : : "cc" : slow);
-    return;
+    return false;
 slow:
-    hak_slab_free_slow(h, s);
+    return !hak_slab_stays_parked(s);
 #else
-    if (hak_unlikely(--*(int32_t *)&s->used <= 0)) hak_slab_free_slow(h, s);
+    return --*(int32_t *)&s->used <= 0 && !hak_slab_stays_parked(s);
 #endif
 }
 

@@ -1,6 +1,7 @@
 /* tiny_box — the Tiny fast paths: pop from the free list of a slab the
  * calling thread owns (a free pushes: box/slab_push_box.h).  No atomics,
- * no locks. */
+ * no locks.  NULL when it cannot serve (the class's free list is empty, or
+ * the profiler's countdown ran out): the caller takes the slow path. */
 #ifndef HAK_TINY_BOX_H
 #define HAK_TINY_BOX_H
 
@@ -21,9 +22,8 @@ static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
         hak_block_taken(b);
         return b;
     }
-    return hak_tiny_alloc_slow(size, h);
 sample:
-    return hak_profile_alloc(size);
+    return NULL;
 }
 
 #endif
