@@ -32,11 +32,13 @@
  * never in the program's heap, and are bounded (PROF_TABLE_BYTES,
  * PROF_STACK_BYTES); past the bounds a sample is dropped and counted.
  *
- * Stacks are walked from the programs' DWARF call frame information by
- * libunwind or libgcc, loaded with dlopen at start-up outside any
- * allocation; until then a sample records only its caller's address.
- * hakmem's own frames (section hakmem_alloc_text) are dropped from the top
- * of each stack.
+ * A stack sampled before is mostly found again without a walk, by the
+ * stack cache: a trie of the return addresses above the sampling
+ * function's frame, read straight from the stack.  Others are walked from
+ * the programs' DWARF call frame information by libunwind or libgcc,
+ * loaded with dlopen at start-up outside any allocation; until then a
+ * sample records only its caller's address.  hakmem's own frames (section
+ * hakmem_alloc_text) are dropped from the top of each stack.
  *
  * Output: the gperftools heap-profile text format (heap_v2, read by
  * google-pprof) and a folded-stack text (PATH.folded) for flame graphs,
@@ -51,6 +53,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -263,13 +266,11 @@ static uint32_t stack_count;
 static char *stack_cur, *stack_end;
 static size_t stack_bytes;
 
-/* The stack's entry, made if new; NULL past the bounds.  Under stack_lock. */
-static prof_stack_t *stack_intern(uint64_t key, const uintptr_t *pc, int n) {
-    prof_ent_t *e = stack_find(&stack_tab, key, pc, n);
-    if (e != NULL) return e->stack;
-    if (!tab_room(&stack_tab)) return NULL;
-    size_t need = (sizeof(prof_stack_t) + (size_t)n * sizeof *pc + 15) & ~(size_t)15;
-    if ((size_t)(stack_end - stack_cur) < need) {
+/* Memory for stacks and the stack cache's nodes (at most a few hundred
+ * bytes at a time), bounded; NULL past the bound.  Under stack_lock. */
+static void *stack_space(size_t len) {
+    len = (len + 15) & ~(size_t)15;
+    if ((size_t)(stack_end - stack_cur) < len) {
         if (stack_bytes + PROF_CHUNK > PROF_STACK_BYTES) return NULL;
         char *c = map_zeroed(PROF_CHUNK);
         if (c == NULL) return NULL;
@@ -277,8 +278,18 @@ static prof_stack_t *stack_intern(uint64_t key, const uintptr_t *pc, int n) {
         stack_cur = c;
         stack_end = c + PROF_CHUNK;
     }
-    prof_stack_t *s = (prof_stack_t *)stack_cur;
-    stack_cur += need;
+    void *p = stack_cur;
+    stack_cur += len;
+    return p;
+}
+
+/* The stack's entry, made if new; NULL past the bounds.  Under stack_lock. */
+static prof_stack_t *stack_intern(uint64_t key, const uintptr_t *pc, int n) {
+    prof_ent_t *e = stack_find(&stack_tab, key, pc, n);
+    if (e != NULL) return e->stack;
+    if (!tab_room(&stack_tab)) return NULL;
+    prof_stack_t *s = stack_space(sizeof(prof_stack_t) + (size_t)n * sizeof *pc);
+    if (s == NULL) return NULL;
     s->id = stack_count++;
     s->depth = (uint32_t)n;
     memcpy(s->pc, pc, (size_t)n * sizeof *pc);
@@ -330,23 +341,6 @@ static int64_t heap_start(hak_heap_t *h) {
     return draw_distance(pl);
 }
 
-/* pl's entry for the stack pc[0..n), made (and the stack stored for the
- * process, if no heap has sampled it yet) if new; NULL past the bounds.
- * Under pl->lock. */
-static prof_ent_t *site_of(struct hak_prof *pl, const uintptr_t *pc, int n) {
-    uint64_t key = stack_key(pc, n);
-    prof_ent_t *e = stack_find(&pl->site, key, pc, n);
-    if (e != NULL) return e;
-    if (!tab_room(&pl->site)) return NULL;
-    prof_lock(&stack_lock);
-    prof_stack_t *s = stack_intern(key, pc, n);
-    prof_unlock(&stack_lock);
-    if (s == NULL) return NULL;
-    e = tab_put(&pl->site, key);
-    e->stack = s;
-    return e;
-}
-
 /* A sample of `size` bytes at `site` whose block is p, in t (room made). */
 static void record(prof_tab_t *t, const void *p, size_t size, prof_ent_t *site) {
     prof_ent_t *r = tab_put(t, (uintptr_t)p);
@@ -358,17 +352,17 @@ static void record(prof_tab_t *t, const void *p, size_t size, prof_ent_t *site) 
 }
 
 /* ---- the stack walk -----------------------------------------------------------
- * Two unwinders, both read from the programs' DWARF call frame information
- * (no frame pointers needed), both loaded with dlopen at start-up
- * (callgrind figures, a stack of about 9 frames):
+ * For the samples the stack cache (below) cannot place.  Two unwinders,
+ * both read from the programs' DWARF call frame information (no frame
+ * pointers needed), both loaded with dlopen at start-up (callgrind figures,
+ * a stack of about 9 frames):
  *   libunwind (libunwind.so.8): unw_backtrace caches, per thread, what it
  *     learns of each return address: about 80 instructions a frame, but
  *     the cache costs a new thread about 90,000 instructions and 384 KiB
  *     the first time; stepping with unw_step costs about 500 a frame and
  *     nothing per thread.  So a thread steps for its first FAST_AFTER
- *     samples and uses unw_backtrace from then on: threads that come and
- *     go (a server's workers, Larson) never pay for a cache they would
- *     hardly use;
+ *     walks and uses unw_backtrace from then on: threads that come and go
+ *     never pay for a cache they would hardly use;
  *   libgcc's _Unwind_Backtrace (libgcc_s.so.1, present wherever glibc is):
  *     reads the tables again each time, about 2000 instructions a frame.
  * HAKMEM_PROFILE_UNWINDER picks; libunwind falls back to libgcc when
@@ -472,6 +466,358 @@ static inline __attribute__((always_inline)) int take_stack(struct hak_prof *pl,
     return n;
 }
 
+
+/* ---- the stack cache ------------------------------------------------------------------
+ * A walk costs about 80 instructions a frame even with libunwind's
+ * per-thread cache, and that cache costs each new thread about 90,000
+ * instructions, 384 KiB and their page faults; stepping without it takes a
+ * lock and two system calls a frame (libgcc: about 2000 instructions).  But a program samples the same
+ * stacks again and again, and where every frame has a fixed size a stack
+ * is told from any other by the return addresses at fixed distances above
+ * the sampling function's frame.  So each stack walked is learned as a
+ * path in a trie: the root stands for the sampling function, each node
+ * for a frame and says where the next return address lies (its distance
+ * from `base`, a local of the sampling function), each edge is that
+ * return address.  A sample follows its path with one load a frame and,
+ * at the node where a learned stack ends, has that stack without a walk.
+ * Learning walks step (libunwind) or trace (libgcc), which tell each
+ * frame's CFA: the return address of frame i + 1 lies at CFA(i) - 8, and
+ * is checked there before it is learned.
+ *
+ * What is not learned, and walked as before: a frame that may change size
+ * from one call to the next, which keeps a frame pointer (alloca, arrays
+ * of variable length, realigned stacks: its rbp is CFA - 16), is an opaque
+ * node, and so is a node found in two places; a sample on another stack
+ * than its thread's (a signal's alternate stack, a coroutine's) walks, so
+ * the loads stay inside the thread's stack (pthread_getattr_np, asked once
+ * per thread).  Nodes and edges are written under stack_lock, never
+ * changed but to become opaque, and read without a lock. */
+enum { NODE_NEW, NODE_INNER, NODE_END, NODE_OPAQUE };
+enum { LOOK_HIT, LOOK_LEARN, LOOK_WALK };
+
+typedef struct prof_node {
+    _Atomic uint8_t kind;
+    int32_t next_off;             /* INNER: the next return address is at
+                                     base + next_off                       */
+    uintptr_t pc1;                /* the first edge learned, kept in the node
+                                     (most nodes have one): its return      */
+    _Atomic(struct prof_node *) to1;   /* address and node, written first  */
+    prof_stack_t *stack;          /* END: the stack ending here (its key)  */
+    uint64_t key;
+} prof_node_t;
+
+typedef struct {
+    _Atomic(prof_node_t *) from;  /* written last: the edge exists         */
+    uintptr_t pc;
+    prof_node_t *to;
+} prof_edge_t;
+
+typedef struct { size_t cap, n; prof_edge_t e[]; } prof_edges_t;
+
+static _Atomic(prof_edges_t *) edges;  /* replaced as it grows; an old table
+                                          stays mapped (a reader may be in it) */
+static _Atomic bool trie_full;
+static prof_node_t root_alloc, root_large;   /* the two sampling functions */
+
+/* This thread's stack ([lo, hi); hi 1: unknown, 0: not asked yet). */
+static __thread uintptr_t tls_stack_lo, tls_stack_hi;
+
+static void thread_stack(void) {
+    pthread_attr_t a;
+    void *addr;
+    size_t size;
+    tls_stack_hi = 1;
+    if (pthread_getattr_np(pthread_self(), &a) != 0) return;
+    if (pthread_attr_getstack(&a, &addr, &size) == 0 && size != 0) {
+        tls_stack_lo = (uintptr_t)addr;
+        tls_stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&a);
+}
+
+static inline size_t edge_home(const prof_node_t *from, uintptr_t pc, size_t cap) {
+    uint64_t h = ((uintptr_t)from ^ (pc * 0x9E3779B97F4A7C15ULL)) * 0xD6E8FEB86659FD93ULL;
+    return (size_t)(h >> (64 - __builtin_ctzll(cap)));
+}
+
+static inline prof_node_t *edge_find(const prof_edges_t *t, const prof_node_t *from, uintptr_t pc) {
+    size_t mask = t->cap - 1;
+    for (size_t i = edge_home(from, pc, t->cap);; i = (i + 1) & mask) {
+        const prof_node_t *f = atomic_load_explicit(&t->e[i].from, memory_order_acquire);
+        if (f == NULL) return NULL;
+        if (f == from && t->e[i].pc == pc) return t->e[i].to;
+    }
+}
+
+/* The child of n by the return address pc, NULL if not learned. */
+static inline prof_node_t *node_next(const prof_node_t *n, uintptr_t pc) {
+    prof_node_t *to = atomic_load_explicit(&n->to1, memory_order_acquire);
+    if (hak_likely(to != NULL && n->pc1 == pc)) return to;
+    const prof_edges_t *t = atomic_load_explicit(&edges, memory_order_acquire);
+    return to != NULL && t != NULL ? edge_find(t, n, pc) : NULL;
+}
+
+/* Where the sample whose sampling function has `root` and local `base`
+ * stands: at the end of a learned stack (*at), short of one (learn it from
+ * *at on), or where the cache cannot follow (walk). */
+static inline int trie_look(prof_node_t *root, uintptr_t base, prof_node_t **at) {
+    if (hak_unlikely(tls_stack_hi == 0)) thread_stack();
+    if (base < tls_stack_lo || base >= tls_stack_hi) return LOOK_WALK;
+    uintptr_t room = tls_stack_hi - base - sizeof(uintptr_t);    /* the farthest offset read */
+    prof_node_t *n = root;
+    unsigned kind;
+    while ((kind = atomic_load_explicit(&n->kind, memory_order_acquire)) == NODE_INNER) {
+        if ((uintptr_t)(intptr_t)n->next_off > room) {
+            kind = NODE_OPAQUE;
+            break;
+        }
+        prof_node_t *to = node_next(n, *(const uintptr_t *)(base + (uintptr_t)(intptr_t)n->next_off));
+        if (to == NULL) {
+            kind = NODE_NEW;
+            break;
+        }
+        n = to;
+    }
+    *at = n;
+    if (kind == NODE_END) return LOOK_HIT;
+    if (kind == NODE_NEW && !atomic_load_explicit(&trie_full, memory_order_relaxed)) return LOOK_LEARN;
+    return LOOK_WALK;
+}
+
+/* The frames of a learning walk: return address (frame 0: where the walk
+ * started), CFA (0: not known yet) and rbp. */
+#define LEARN_FRAMES (PROF_MAX_FRAMES + 8)
+typedef struct { uintptr_t ip[LEARN_FRAMES], cfa[LEARN_FRAMES], bp[LEARN_FRAMES]; int n; } learn_t;
+
+#define UNW_SP_REG 7                   /* UNW_X86_64_RSP */
+#define UNW_BP_REG 6                   /* UNW_X86_64_RBP */
+#define DWARF_BP 6                     /* rbp's DWARF number */
+typedef _Unwind_Word (*uw_get_gr_fn)(struct _Unwind_Context *, int);
+typedef _Unwind_Word (*uw_get_cfa_fn)(struct _Unwind_Context *);
+static uw_get_gr_fn uw_get_gr;
+static uw_get_cfa_fn uw_get_cfa;
+
+static _Unwind_Reason_Code learn_frame(struct _Unwind_Context *ctx, void *arg) {
+    learn_t *w = arg;
+    uintptr_t pc = (uintptr_t)uw_get_ip(ctx);
+    if (pc == 0) return _URC_END_OF_STACK;
+    /* libgcc's CFA of a frame's context is its stack pointer: the CFA of
+     * the frame it called */
+    if (w->n > 0) w->cfa[w->n - 1] = (uintptr_t)uw_get_cfa(ctx);
+    w->ip[w->n] = pc;
+    w->cfa[w->n] = 0;
+    w->bp[w->n] = (uintptr_t)uw_get_gr(ctx, DWARF_BP);
+    return ++w->n == LEARN_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* The walk of a stack to learn, frame by frame with each CFA. */
+static HAK_NOINLINE void learn_walk(learn_t *w) {
+    w->n = 0;
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
+        unw_ctx_buf_t ctx;
+        unw_cursor_buf_t cur;
+        uint64_t ip, sp, bp;
+        if (unw.getcontext(&ctx) != 0 || unw.init_local(&cur, &ctx) != 0) return;
+        do {
+            if (unw.get_reg(&cur, UNW_IP_REG, &ip) != 0 || ip == 0 ||
+                unw.get_reg(&cur, UNW_SP_REG, &sp) != 0 || unw.get_reg(&cur, UNW_BP_REG, &bp) != 0)
+                break;
+            if (w->n > 0) w->cfa[w->n - 1] = sp;      /* the caller's rsp is the callee's CFA */
+            w->ip[w->n] = ip;
+            w->cfa[w->n] = 0;
+            w->bp[w->n] = bp;
+        } while (++w->n < LEARN_FRAMES && unw.step(&cur) > 0);
+        return;
+    }
+    uw_backtrace_fn bt = __atomic_load_n(&uw_backtrace, __ATOMIC_ACQUIRE);
+    if (bt != NULL && uw_get_cfa != NULL && uw_get_gr != NULL) bt(learn_frame, w);
+}
+
+static void make_opaque(prof_node_t *n) {
+    atomic_store_explicit(&n->kind, NODE_OPAQUE, memory_order_release);
+}
+
+/* An edge more, the table doubled first if it must (false: full). */
+static bool edge_add(prof_node_t *from, uintptr_t pc, prof_node_t *to) {
+    prof_edges_t *t = atomic_load_explicit(&edges, memory_order_relaxed);
+    if (t == NULL || (t->n + 1) * 2 > t->cap) {
+        size_t cap = t != NULL ? t->cap * 2 : 4096, len = sizeof *t + cap * sizeof(prof_edge_t);
+        if (atomic_fetch_add_explicit(&table_bytes, len, memory_order_relaxed) + len > PROF_TABLE_BYTES) {
+            atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+            return false;
+        }
+        prof_edges_t *nt = map_zeroed(len);
+        if (nt == NULL) {
+            atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+            return false;
+        }
+        nt->cap = cap;
+        for (size_t i = 0; t != NULL && i < t->cap; i++) {
+            prof_node_t *f = atomic_load_explicit(&t->e[i].from, memory_order_relaxed);
+            if (f == NULL) continue;
+            size_t j = edge_home(f, t->e[i].pc, cap);
+            while (nt->e[j].from != NULL) j = (j + 1) & (cap - 1);
+            nt->e[j].pc = t->e[i].pc;
+            nt->e[j].to = t->e[i].to;
+            atomic_store_explicit(&nt->e[j].from, f, memory_order_relaxed);
+            nt->n++;
+        }
+        atomic_store_explicit(&edges, nt, memory_order_release);
+        t = nt;
+    }
+    size_t j = edge_home(from, pc, t->cap);
+    while (atomic_load_explicit(&t->e[j].from, memory_order_relaxed) != NULL) j = (j + 1) & (t->cap - 1);
+    t->e[j].pc = pc;
+    t->e[j].to = to;
+    atomic_store_explicit(&t->e[j].from, from, memory_order_release);
+    t->n++;
+    return true;
+}
+
+static prof_node_t *node_new(unsigned kind) {
+    prof_node_t *n = stack_space(sizeof *n);
+    if (n != NULL) atomic_store_explicit(&n->kind, (uint8_t)kind, memory_order_relaxed);
+    return n;
+}
+
+/* The path of the stack just walked (frames r to end - 1 of w, frame r - 1
+ * being the sampling function's), ending at `stack`.  Under stack_lock. */
+static void learn_path(prof_node_t *root, uintptr_t base, const learn_t *w, int r, int end,
+                       prof_stack_t *stack, uint64_t key) {
+    prof_node_t *n = root;
+    for (int i = r; i < end; i++) {
+        uintptr_t at = w->cfa[i - 1] - sizeof(uintptr_t);
+        unsigned kind = atomic_load_explicit(&n->kind, memory_order_relaxed);
+        if (kind == NODE_OPAQUE) return;
+        /* the return address where the CFA says, on this thread's stack,
+         * above base (not so past a signal's frame, for one) */
+        if (w->cfa[i - 1] == 0 || at <= base || at + sizeof(uintptr_t) > tls_stack_hi ||
+            at - base > INT32_MAX || *(const uintptr_t *)at != w->ip[i]) {
+            make_opaque(n);
+            return;
+        }
+        if (kind == NODE_NEW) {
+            n->next_off = (int32_t)(at - base);
+            atomic_store_explicit(&n->kind, NODE_INNER, memory_order_release);
+        } else if (kind != NODE_INNER || n->next_off != (int32_t)(at - base)) {
+            make_opaque(n);
+            return;
+        }
+        prof_node_t *to = node_next(n, w->ip[i]);
+        bool last = i == end - 1;
+        if (to == NULL) {
+            /* a frame with a frame pointer may change size: walked */
+            bool fixed = last || w->cfa[i] == 0 || w->bp[i] != w->cfa[i] - 16;
+            to = node_new(last ? NODE_END : fixed ? NODE_NEW : NODE_OPAQUE);
+            if (to == NULL) {
+                atomic_store_explicit(&trie_full, true, memory_order_relaxed);
+                return;
+            }
+            to->stack = stack;
+            to->key = key;
+            if (atomic_load_explicit(&n->to1, memory_order_relaxed) == NULL) {
+                n->pc1 = w->ip[i];
+                atomic_store_explicit(&n->to1, to, memory_order_release);
+            } else if (!edge_add(n, w->ip[i], to)) {
+                atomic_store_explicit(&trie_full, true, memory_order_relaxed);
+                return;
+            }
+        } else if ((atomic_load_explicit(&to->kind, memory_order_relaxed) == NODE_END) != last) {
+            make_opaque(to);
+            return;
+        }
+        n = to;
+    }
+}
+
+/* A sample's stack: interned (stack, key) when known, else pc[0..n) to
+ * intern. */
+typedef struct {
+    prof_stack_t *stack;
+    uint64_t key;
+    int n;
+    uintptr_t pc[PROF_MAX_FRAMES];
+} sample_stack_t;
+
+/* A walk that learns, for a sample the cache could not place (it stopped
+ * at `stop`).  ret0 is the sampling function's return address: learn's
+ * frame, learn_walk's and the sampling function's come first.  A walk that
+ * cannot be learned makes `stop` opaque, so the next sample there walks
+ * (a stack cut at PROF_MAX_FRAMES is learned cut: the walk cuts it too). */
+static HAK_NOINLINE void learn(struct hak_prof *pl, prof_node_t *root, prof_node_t *stop,
+                               uintptr_t base, uintptr_t ret0, sample_stack_t *s) {
+    learn_t w;
+    w.n = 0;
+    atomic_exchange_explicit(&pl->walking, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&forking, memory_order_seq_cst)) learn_walk(&w);
+    atomic_store_explicit(&pl->walking, 0, memory_order_release);
+    if (w.n == 0) return;                     /* no unwinder yet, or a fork */
+    int r = 1, first;
+    while (r < w.n && w.ip[r] != ret0) r++;
+    for (first = r; first < w.n && in_alloc_path(w.ip[first]); first++) {}   /* hakmem's own */
+    for (int i = first; i < w.n && s->n < PROF_MAX_FRAMES; i++) s->pc[s->n++] = w.ip[i];
+    prof_lock(&stack_lock);
+    if (s->n != 0) {
+        s->key = stack_key(s->pc, s->n);
+        s->stack = stack_intern(s->key, s->pc, s->n);
+    }
+    if (s->stack != NULL) learn_path(root, base, &w, r, first + s->n, s->stack, s->key);
+    else make_opaque(stop);
+    prof_unlock(&stack_lock);
+}
+
+/* The stack of a sample taken in the function whose cache root is `root`
+ * (base: the address of its local s). */
+static inline __attribute__((always_inline)) void sample_stack(struct hak_prof *pl, prof_node_t *root,
+                                                               sample_stack_t *s, void *ret0) {
+    uintptr_t base = (uintptr_t)s;
+    prof_node_t *at;
+    s->stack = NULL;
+    s->n = 0;
+    int look = trie_look(root, base, &at);
+    if (look == LOOK_HIT) {
+        s->stack = at->stack;
+        s->key = at->key;
+        return;
+    }
+    if (look == LOOK_LEARN) {
+        learn(pl, root, at, base, (uintptr_t)ret0, s);
+        if (s->n > 0) return;
+    }
+    s->n = take_stack(pl, s->pc, ret0);
+}
+
+/* pl's entry for the sample's stack, made (and the stack stored for the
+ * process, if it is not yet) if new; NULL past the bounds.  Under pl->lock. */
+static prof_ent_t *site_of(struct hak_prof *pl, sample_stack_t *s) {
+    prof_ent_t *e = NULL;
+    if (s->stack != NULL) {
+        for (size_t i = pl->site.cap ? tab_home(s->key, pl->site.cap) : 0; pl->site.cap != 0;
+             i = (i + 1) & (pl->site.cap - 1)) {
+            prof_ent_t *c = &pl->site.e[i];
+            if (c->key == 0) break;
+            if (c->stack == s->stack) {
+                e = c;
+                break;
+            }
+        }
+    } else {
+        s->key = stack_key(s->pc, s->n);
+        e = stack_find(&pl->site, s->key, s->pc, s->n);
+    }
+    if (e != NULL) return e;
+    if (!tab_room(&pl->site)) return NULL;
+    if (s->stack == NULL) {
+        prof_lock(&stack_lock);
+        s->stack = stack_intern(s->key, s->pc, s->n);
+        prof_unlock(&stack_lock);
+        if (s->stack == NULL) return NULL;
+    }
+    e = tab_put(&pl->site, s->key);
+    e->stack = s->stack;
+    return e;
+}
+
 /* ---- sampled allocations ---------------------------------------------------------- */
 /* pl's heap of sampled blocks, made at its first sample: a heap of no
  * thread whose SuperSlabs are tagged HAK_CHUNK_PROF, used under pl->lock.
@@ -508,12 +854,12 @@ static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, s
     struct hak_prof *pl = h->prof;
     hak_heap_t *b = pl != NULL ? prof_blocks(pl) : NULL;
     if (b == NULL) return NULL;
-    uintptr_t pc[PROF_MAX_FRAMES];
-    int n = take_stack(pl, pc, caller);
+    sample_stack_t st;
+    sample_stack(pl, &root_alloc, &st, caller);
     unsigned cls = (unsigned)hak_size_class(size);
     void *p = NULL;
     prof_lock(&pl->lock);
-    prof_ent_t *site = tab_room(&pl->rec) ? site_of(pl, pc, n) : NULL;
+    prof_ent_t *site = tab_room(&pl->rec) ? site_of(pl, &st) : NULL;
     if (site == NULL) {
         drop_sample();
     } else if (hak_class_take(b, cls, &p, 1) == 1) {
@@ -574,10 +920,10 @@ HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
     h->sample_left = INT64_MAX;
     if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
         dump_on_signal();
-    uintptr_t pc[PROF_MAX_FRAMES];
-    int n = take_stack(pl, pc, __builtin_return_address(0));
+    sample_stack_t st;
+    sample_stack(pl, &root_large, &st, __builtin_return_address(0));
     prof_lock(&pl->lock);
-    prof_ent_t *site = site_of(pl, pc, n);
+    prof_ent_t *site = site_of(pl, &st);
     bool kept = false;
     if (site != NULL) {
         prof_lock(&large_lock);
@@ -1127,6 +1473,8 @@ __attribute__((constructor)) static void profile_start(void) {
         __atomic_store_n(&unw_ready, true, __ATOMIC_RELEASE);
     } else if ((lib = hak_os_library("libgcc_s.so.1")) != NULL) {
         uw_get_ip = (uw_get_ip_fn)hak_os_library_symbol(lib, "_Unwind_GetIP");
+        uw_get_gr = (uw_get_gr_fn)hak_os_library_symbol(lib, "_Unwind_GetGR");
+        uw_get_cfa = (uw_get_cfa_fn)hak_os_library_symbol(lib, "_Unwind_GetCFA");
         uw_backtrace_fn bt = (uw_backtrace_fn)hak_os_library_symbol(lib, "_Unwind_Backtrace");
         if (uw_get_ip != NULL && bt != NULL) __atomic_store_n(&uw_backtrace, bt, __ATOMIC_RELEASE);
     }

@@ -16,6 +16,10 @@
  *   live        8 threads sample, free some blocks themselves, hand some to
  *               another thread and exit; main frees some after that; a
  *               dump counts exactly the sampled blocks still live
+ *   stacks      recursion 1 to 8 deep, through frames of fixed size and
+ *               through frames that change size (alloca), under two
+ *               callers, in two threads: every sample has its own stack in
+ *               the profile (the stack cache never hands out another's)
  *   fork        the child writes its own file under its own pid; the
  *               parent's profile is unchanged
  *   signal      HAKMEM_PROFILE_SIGNAL: the next sampled allocation writes
@@ -47,6 +51,7 @@
     extern const char __start_test_site_##name[], __stop_test_site_##name[];
 SITE_BOUNDS(a) SITE_BOUNDS(b) SITE_BOUNDS(c) SITE_BOUNDS(leak) SITE_BOUNDS(freed)
 SITE_BOUNDS(churn) SITE_BOUNDS(keep) SITE_BOUNDS(parent) SITE_BOUNDS(child) SITE_BOUNDS(live)
+SITE_BOUNDS(recf) SITE_BOUNDS(reca) SITE_BOUNDS(outa) SITE_BOUNDS(outb)
 
 typedef struct { const char *name; uintptr_t lo, hi; } site_t;
 #define SITE_OF(n) { #n, (uintptr_t)__start_test_site_##n, (uintptr_t)__stop_test_site_##n }
@@ -82,6 +87,32 @@ static SITE(parent) void site_parent(void **out, const size_t *sz, size_t n) {
 }
 static SITE(live) void site_live(void **out, const size_t *sz, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+/* d + 1 frames of rec_fixed (each of one size) or rec_alloca (each of a
+ * size drawn anew), under outer_a or outer_b, then malloc. */
+static SITE(recf) void *rec_fixed(int d, size_t size) {
+    void *p = d == 0 ? HAK_STD(malloc)(size) : rec_fixed(d - 1, size);
+    __asm__ volatile("" : : "r"(p) : "memory");      /* no tail call */
+    return p;
+}
+static SITE(reca) void *rec_alloca(int d, size_t size, unsigned pad) {
+    size_t words = 2 + pad % 128;
+    volatile uintptr_t *b = __builtin_alloca(words * sizeof(uintptr_t));
+    for (size_t i = 0; i < words; i++)      /* return addresses where a cache might look */
+        b[i] = (uintptr_t)__builtin_return_address(0);
+    void *p = d == 0 ? HAK_STD(malloc)(size) : rec_alloca(d - 1, size, pad * 1103515245u + 12345u);
+    __asm__ volatile("" : : "r"(p), "r"(b) : "memory");
+    return p;
+}
+static SITE(outa) void *outer_a(int d, bool al, size_t size, unsigned pad) {
+    void *p = al ? rec_alloca(d, size, pad) : rec_fixed(d, size);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+static SITE(outb) void *outer_b(int d, bool al, size_t size, unsigned pad) {
+    void *p = al ? rec_alloca(d, size, pad) : rec_fixed(d, size);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
 }
 static SITE(child) void site_child(void **out, const size_t *sz, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
@@ -648,6 +679,98 @@ static void test_live_samples(void **state)
     if (found != 0) fail_msg("%llu samples of site_live after every block was freed", found);
 }
 
+/* ---- stacks --------------------------------------------------------------------------- */
+/* Each thread makes blocks of 128 KiB (sampled with probability 0.22)
+ * through every (caller, kind of frame, depth) in turn, keeps the sampled
+ * ones and frees the others.  The profile must give each sampled block its
+ * own stack: per (caller, kind, depth), the in-use samples whose stack is
+ * depth + 1 frames of the recursion and then that caller are exactly the
+ * blocks kept. */
+#define STK_DEPTHS 8
+#define STK_ROUNDS 1600
+
+typedef struct { void **kept; size_t n; unsigned count[2][2][STK_DEPTHS]; } stk_t;
+
+static void *stk_worker(void *arg)
+{
+    stk_t *w = arg;
+    w->kept = malloc(STK_ROUNDS * sizeof *w->kept);
+    unsigned pad = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < STK_ROUNDS; i++) {
+        int d = i % STK_DEPTHS, out = (i / STK_DEPTHS) % 2, al = (i / (2 * STK_DEPTHS)) % 2;
+        pad = pad * 69069u + 1u;
+        void *p = (out ? outer_b : outer_a)(d, al, 128 * KiB, pad);
+        if (!hak_profile_sampled(p)) {
+            HAK_STD(free)(p);
+            continue;
+        }
+        w->kept[w->n++] = p;
+        w->count[out][al][d]++;
+    }
+    return NULL;
+}
+
+static void test_stacks(void **state)
+{
+    (void)state;
+    stk_t w[2];
+    memset(w, 0, sizeof w);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stk_worker, &w[1]), 0);
+    stk_worker(&w[0]);
+    pthread_join(t, NULL);
+    char path[320];
+    path_in_dir(path, sizeof path, "stacks.heap");
+    assert_int_equal(hak_profile_dump(path), 0);
+    const site_t rec[2] = { SITE_OF(recf), SITE_OF(reca) }, out[2] = { SITE_OF(outa), SITE_OF(outb) };
+    unsigned got[2][2][STK_DEPTHS];
+    memset(got, 0, sizeof got);
+    char *text = read_file(path);
+    assert_non_null(text);
+    for (char *line = strchr(text, '\n'); line != NULL && strncmp(line + 1, "MAPPED", 6) != 0;
+         line = strchr(line + 1, '\n')) {
+        unsigned long long n1, s1, n2, s2;
+        int used = 0;
+        if (sscanf(line + 1, " %llu: %llu [ %llu: %llu] @%n", &n1, &s1, &n2, &s2, &used) != 4 ||
+            used == 0 || n1 == 0)
+            continue;
+        char *a = line + 1 + used, *end = strchr(a, '\n');
+        if (end != NULL) *end = '\0';           /* this line's addresses only */
+        uintptr_t first = (uintptr_t)strtoull(a, &a, 16);
+        int al = first >= rec[0].lo && first < rec[0].hi ? 0 : first >= rec[1].lo && first < rec[1].hi ? 1 : -1;
+        int frames = 1, o = -1;
+        while (al >= 0 && *a != '\0') {
+            uintptr_t pc = (uintptr_t)strtoull(a, &a, 16) - 1;
+            if (pc >= rec[al].lo && pc < rec[al].hi) {
+                frames++;
+                continue;
+            }
+            o = pc >= out[0].lo && pc < out[0].hi ? 0 : pc >= out[1].lo && pc < out[1].hi ? 1 : -1;
+            break;
+        }
+        if (al >= 0 && (o < 0 || frames > STK_DEPTHS))
+            fail_msg("a stack of the recursion without its caller: %.200s", line + 1);
+        if (end != NULL) *end = '\n';
+        if (al >= 0) got[o][al][frames - 1] += (unsigned)n1;
+    }
+    free(text);
+    unsigned total = 0;
+    for (int o = 0; o < 2; o++)
+        for (int al = 0; al < 2; al++)
+            for (int d = 0; d < STK_DEPTHS; d++) {
+                unsigned want = w[0].count[o][al][d] + w[1].count[o][al][d];
+                total += want;
+                if (got[o][al][d] != want)
+                    fail_msg("outer_%c, %s frames, depth %d: %u samples in the profile, %u kept",
+                             "ab"[o], al ? "alloca" : "fixed", d, got[o][al][d], want);
+            }
+    print_message("%u sampled blocks, each under its own stack\n", total);
+    for (int i = 0; i < 2; i++) {
+        free_all(w[i].kept, w[i].n);
+        free(w[i].kept);
+    }
+}
+
 /* ---- fork -------------------------------------------------------------------------- */
 static void test_fork(void **state)
 {
@@ -837,6 +960,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_leak_report),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_live_samples),
+        cmocka_unit_test(test_stacks),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_fork_during_walks),
         cmocka_unit_test(test_signal_dump),
