@@ -471,10 +471,10 @@ static inline __attribute__((always_inline)) int take_stack(struct hak_prof *pl,
  * A walk costs about 80 instructions a frame even with libunwind's
  * per-thread cache, and that cache costs each new thread about 90,000
  * instructions, 384 KiB and their page faults; stepping without it takes a
- * lock and two system calls a frame (libgcc: about 2000 instructions).  But a program samples the same
- * stacks again and again, and where every frame has a fixed size a stack
- * is told from any other by the return addresses at fixed distances above
- * the sampling function's frame.  So each stack walked is learned as a
+ * lock and two system calls a frame (libgcc: about 2000 instructions).
+ * But a program samples the same stacks again and again, and where every
+ * frame has a fixed size a stack is told from any other by the return
+ * addresses at fixed distances above the sampling function's frame.  So each stack walked is learned as a
  * path in a trie: the root stands for the sampling function, each node
  * for a frame and says where the next return address lies (its distance
  * from `base`, a local of the sampling function), each edge is that
@@ -790,17 +790,15 @@ static inline __attribute__((always_inline)) void sample_stack(struct hak_prof *
 /* pl's entry for the sample's stack, made (and the stack stored for the
  * process, if it is not yet) if new; NULL past the bounds.  Under pl->lock. */
 static prof_ent_t *site_of(struct hak_prof *pl, sample_stack_t *s) {
-    prof_ent_t *e = NULL;
-    if (s->stack != NULL) {
-        for (size_t i = pl->site.cap ? tab_home(s->key, pl->site.cap) : 0; pl->site.cap != 0;
-             i = (i + 1) & (pl->site.cap - 1)) {
-            prof_ent_t *c = &pl->site.e[i];
-            if (c->key == 0) break;
-            if (c->stack == s->stack) {
-                e = c;
+    prof_ent_t *e;
+    if (s->stack != NULL) {          /* interned: its pointer tells it */
+        e = NULL;
+        for (size_t i = pl->site.cap != 0 ? tab_home(s->key, pl->site.cap) : 0;
+             pl->site.cap != 0 && pl->site.e[i].key != 0; i = (i + 1) & (pl->site.cap - 1))
+            if (pl->site.e[i].stack == s->stack) {
+                e = &pl->site.e[i];
                 break;
             }
-        }
     } else {
         s->key = stack_key(s->pc, s->n);
         e = stack_find(&pl->site, s->key, s->pc, s->n);
@@ -846,6 +844,21 @@ static void *alloc_plain(hak_heap_t *h, size_t size) {
 static _Atomic int dump_requested;
 static void dump_on_signal(void);
 
+/* A block of class cls from b, the heap of sampled blocks, for its owner
+ * (pl->lock held).  A Tiny class's free list is the owner's alone: popped
+ * here as the Tiny fast path pops it, when its current slab has a block. */
+static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
+    hak_slab_t *s = b->queue_head[cls];
+    hak_block_t *blk = s->free;
+    if (cls < HAK_L2_FIRST && blk != NULL) {
+        s->free = hak_link_get(blk);
+        s->used++;
+        *p = blk;
+        return true;
+    }
+    return hak_class_take(b, cls, p, 1) == 1;
+}
+
 /* A sampled request of at most 1 MiB, served by the heap's block heap; NULL
  * if it has no block or no room for the record (the caller then serves it
  * as usual). */
@@ -862,7 +875,7 @@ static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, s
     prof_ent_t *site = tab_room(&pl->rec) ? site_of(pl, &st) : NULL;
     if (site == NULL) {
         drop_sample();
-    } else if (hak_class_take(b, cls, &p, 1) == 1) {
+    } else if (take_block(b, cls, &p)) {
         hak_block_taken(p);
         record(&pl->rec, p, size, site);
     }
