@@ -101,8 +101,8 @@ HAK_API int  hak_malloc_info(int options, FILE *out);
 HAK_API int hak_profile_dump(const char *path);
 
 /* 1 if p is a live block the heap profiler sampled, else 0.  (Up to 1 MiB
- * a sampled block comes from the profiler's own heap, an ordinary block in
- * every other respect; a large one keeps its own mapping.) */
+ * a sampled block comes from one of the profiler's own heaps, an ordinary
+ * block in every other respect; a large one keeps its own mapping.) */
 HAK_API int hak_profile_sampled(const void *p);
 
 #ifdef __cplusplus

@@ -75,8 +75,8 @@
 /* HAK_CHUNK_DEAD: hakmem gave the chunk back to the OS (the hardened build
  * keeps it reserved a while); a pointer into it is a stale one.  Any new
  * mapping of hakmem's there tags it again.
- * HAK_CHUNK_PROF: a SuperSlab of the heap profiler's own heap, which serves
- * the sampled blocks (hakmem_profile.c): the free fast path takes only
+ * HAK_CHUNK_PROF: a SuperSlab of one of the heap profiler's heaps, which
+ * serve the sampled blocks (hakmem_profile.c): the free fast path takes only
  * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it
  * to the profiler; everything else treats it as a SuperSlab. */
 enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,

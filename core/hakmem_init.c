@@ -23,7 +23,7 @@ static void fork_prepare(void) {
     hak_profile_fork_prepare();     /* a stack walk holds no other lock */
     hak_purge_fork_prepare();
     hak_heap_fork_lock();
-    hak_profile_lock_all();     /* its heap maps SuperSlabs under it */
+    hak_profile_lock_all();     /* its heaps map SuperSlabs under its locks */
     hak_chunk_map_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();

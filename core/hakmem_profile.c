@@ -9,31 +9,36 @@
  * it, so weighting each sample by 1 / that probability gives unbiased
  * estimates for any mix of sizes.
  *
- * Sampled blocks.  A free must find a sampled block's record without any
- * cost to the blocks that were not sampled.  So a sampled block below 1 MiB
- * is served from inside a bigger block of the same heap (the "outer"
- * block): the program's pointer is 32 bytes in (or, for a power-of-two
- * size, `size` bytes into an outer block of twice the size, so memalign's
- * alignment holds), never a block start.  Its free fails the free check's
- * span test, the cold path the free check takes anyway for a bad pointer,
- * and that path asks the profiler first (hakmem_free_check.c).  A large
- * block's free is a slow path already: a sampled one only has a record.
- * The 16 bytes before a sampled pointer hold a freed-tag once it is freed,
- * so a second free is named a double free.
+ * Per heap, nothing shared.  A thread heap that samples has the profiler's
+ * state of its own (struct hak_prof, heap->prof, made with the heap's first
+ * allocation and passed on with the heap): a lock, a heap of its sampled
+ * blocks (SuperSlabs tagged HAK_CHUNK_PROF, made at its first sample), the
+ * records of its live sampled blocks and the stacks it has sampled with
+ * their counts.  A sampled block below 1 MiB is an ordinary block of its
+ * size class, but its chunk's tag sends its free to free_cold and here,
+ * where the block's slab owner leads to that state: no other free pays for
+ * it.  So a sample, and the free of its block by the same thread, write
+ * only lines of that thread's; the lock (uncontended then) is for frees by
+ * other threads, which may come after the sampling thread has exited (the
+ * state lives as long as its heap: for ever), and for dumps and fork, which
+ * walk the list of every heap's state.
  *
- * Records and stacks live in the profiler's own mappings, never in the
- * program's heap: a record per live sample (48 B) in a pointer-keyed hash
- * table, and each distinct stack once (40 B + 8 B a frame) in a stack
- * table.  Both are bounded (PROF_MAX_RECORDS, PROF_STACK_BYTES); past the
- * bound a sample is dropped and counted.  One lock guards them, taken only
- * by sampled allocations, frees of sampled blocks, large frees and dumps;
- * the stack is taken before it (the unwinder never runs under it).
+ * Stacks are stored once for the process (stack_lock), which a heap takes
+ * only the first time it samples a stack.  A large block (above 1 MiB) has
+ * only a record, in one table of its own (large_lock): its free is a slow
+ * path already.
  *
- * Stacks are walked by libgcc's _Unwind_Backtrace (DWARF call frame
- * information: programs need no frame pointers), loaded with dlopen at
- * start-up outside any allocation; until then a sample records only its
- * caller's address.  hakmem's own frames (section hakmem_alloc_text) are
- * dropped from the top of each stack.
+ * Records, stacks and their tables live in the profiler's own mappings,
+ * never in the program's heap, and are bounded (PROF_TABLE_BYTES,
+ * PROF_STACK_BYTES); past the bounds a sample is dropped and counted.
+ *
+ * A stack sampled before is mostly found again without a walk, by the
+ * stack cache: a trie of the return addresses above the sampling
+ * function's frame, read straight from the stack.  Others are walked from
+ * the programs' DWARF call frame information by libunwind or libgcc,
+ * loaded with dlopen at start-up outside any allocation; until then a
+ * sample records only its caller's address.  hakmem's own frames (section
+ * hakmem_alloc_text) are dropped from the top of each stack.
  *
  * Output: the gperftools heap-profile text format (heap_v2, read by
  * google-pprof) and a folded-stack text (PATH.folded) for flame graphs,
@@ -41,12 +46,14 @@
  * handler only sets a flag; the next sampled allocation writes PATH.N). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
+#include "box/chunk_map_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,10 +66,12 @@
 bool hak_profile_on;
 
 #define PROF_MAX_FRAMES   64
-#define PROF_MAX_RECORDS  (1u << 20)          /* live samples              */
+#define PROF_TABLE_BYTES  ((size_t)128 << 20) /* every table of records and
+                                                 stacks, in all            */
 #define PROF_STACK_BYTES  ((size_t)64 << 20)  /* distinct stacks, in all   */
-#define PROF_CHUNK        ((size_t)1 << 20)   /* records and stacks come in
-                                                 mappings of this size     */
+#define PROF_CHUNK        ((size_t)1 << 20)   /* stacks come in mappings of
+                                                 this size                 */
+#define PROF_TABLE_MIN    128                 /* entries: 4 KiB            */
 
 /* ---- numbers: no libm ------------------------------------------------------ */
 /* -ln(u) for 0 < u <= 1: u = m * 2^e with m in [sqrt(1/2), sqrt(2)),
@@ -104,36 +113,256 @@ static uint64_t rng_next(uint64_t *s) {      /* xorshift64* */
     return x * 0x2545F4914F6CDD1DULL;
 }
 
+
+/* ---- tables ------------------------------------------------------------------------
+ * Open addressing with linear probing, 32-byte entries, key 0 for an empty
+ * slot, at most half full, doubled as they fill (never shrunk).  One kind
+ * of table serves three purposes:
+ *   records (a heap's live samples, the large blocks'): key the block's
+ *     address, a its size now, b its size when sampled (its weight is
+ *     1 / p(b));
+ *   sites (the stacks a heap has sampled): key the stack's hash | 1, a the
+ *     samples taken there, b their bytes;
+ *   the stacks of the process: key the hash | 1. */
+typedef struct prof_stack {
+    struct prof_stack *all_next;      /* every stack, newest first      */
+    uint32_t id;                      /* order of creation: a dump adds
+                                         up the heaps' counts by it     */
+    uint32_t depth;
+    uintptr_t pc[];
+} prof_stack_t;
+
+typedef struct {
+    uint64_t key;
+    prof_stack_t *stack;
+    uint64_t a, b;
+} prof_ent_t;
+
+typedef struct { prof_ent_t *e; size_t cap, n; } prof_tab_t;
+
+static _Atomic size_t table_bytes;    /* mapped for tables: at most PROF_TABLE_BYTES */
+static _Atomic uint64_t dropped;      /* samples lost to the bounds    */
+static _Atomic bool warned_full;
+
+static void *map_zeroed(size_t len) { return hak_os_map(len); }
+
+static inline size_t tab_home(uint64_t key, size_t cap) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> (64 - __builtin_ctzll(cap)));
+}
+
+/* Room for one more entry (tab_put then cannot fail); false past the bound. */
+static bool tab_room(prof_tab_t *t) {
+    if ((t->n + 1) * 2 <= t->cap) return true;
+    size_t ncap = t->cap != 0 ? t->cap * 2 : PROF_TABLE_MIN, len = ncap * sizeof(prof_ent_t);
+    if (atomic_fetch_add_explicit(&table_bytes, len, memory_order_relaxed) + len > PROF_TABLE_BYTES) {
+        atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+        return false;
+    }
+    prof_ent_t *e = map_zeroed(len);
+    if (e == NULL) {
+        atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+        return false;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->e[i].key == 0) continue;
+        size_t j = tab_home(t->e[i].key, ncap);
+        while (e[j].key != 0) j = (j + 1) & (ncap - 1);
+        e[j] = t->e[i];
+    }
+    if (t->e != NULL) {
+        hak_os_unmap_unused(t->e, t->cap * sizeof(prof_ent_t));
+        atomic_fetch_sub_explicit(&table_bytes, t->cap * sizeof(prof_ent_t), memory_order_relaxed);
+    }
+    t->e = e;
+    t->cap = ncap;
+    return true;
+}
+
+static prof_ent_t *tab_put(prof_tab_t *t, uint64_t key) {
+    size_t mask = t->cap - 1, i = tab_home(key, t->cap);
+    while (t->e[i].key != 0) i = (i + 1) & mask;
+    t->e[i].key = key;
+    t->n++;
+    return &t->e[i];
+}
+
+static prof_ent_t *rec_find(const prof_tab_t *t, const void *p) {
+    if (t->cap == 0) return NULL;
+    size_t mask = t->cap - 1;
+    for (size_t i = tab_home((uintptr_t)p, t->cap); t->e[i].key != 0; i = (i + 1) & mask)
+        if (t->e[i].key == (uintptr_t)p) return &t->e[i];
+    return NULL;
+}
+
+/* Linear probing's deletion: later entries of the run move back into the
+ * hole when their home slot allows it. */
+static void tab_remove(prof_tab_t *t, prof_ent_t *gone) {
+    size_t mask = t->cap - 1, i = (size_t)(gone - t->e), j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (t->e[j].key == 0) break;
+        size_t home = tab_home(t->e[j].key, t->cap);
+        bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            t->e[i] = t->e[j];
+            i = j;
+        }
+    }
+    t->e[i].key = 0;
+    t->n--;
+}
+
+static uint64_t stack_key(const uintptr_t *pc, int n) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ pc[i]) * 0x100000001b3ULL, h ^= h >> 29;
+    return h | 1;
+}
+
+/* The entry of the stack pc[0..n) in a table keyed by stack. */
+static prof_ent_t *stack_find(const prof_tab_t *t, uint64_t key, const uintptr_t *pc, int n) {
+    if (t->cap == 0) return NULL;
+    size_t mask = t->cap - 1;
+    for (size_t i = tab_home(key, t->cap); t->e[i].key != 0; i = (i + 1) & mask) {
+        prof_ent_t *e = &t->e[i];
+        if (e->key == key && e->stack->depth == (uint32_t)n &&
+            memcmp(e->stack->pc, pc, (size_t)n * sizeof *pc) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void drop_sample(void) {
+    atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
+    if (!atomic_exchange_explicit(&warned_full, true, memory_order_relaxed)) {
+        static const char msg[] = "hakmem: heap profile tables full; further samples are dropped\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+    }
+}
+
+/* ---- locks -------------------------------------------------------------------------
+ * Order: locals_lock (fork only) -> a heap's prof->lock -> stack_lock ->
+ * large_lock; a heap's prof->lock comes before its block heap's heap lock.
+ * A thread that holds any of them samples nothing it allocates meanwhile (a
+ * purger's thread stack when a heap's unlock starts one, say): that sample
+ * would take its heap's lock again. */
+static __thread unsigned tls_prof_locks;
+
+static void prof_lock(hak_lock_t *l) {
+    hak_lock(l);
+    tls_prof_locks++;
+}
+
+static void prof_unlock(hak_lock_t *l) {
+    tls_prof_locks--;
+    hak_unlock(l);
+}
+
+/* ---- the stacks of the process (stack_lock) ------------------------------------------ */
+static hak_lock_t stack_lock;
+static prof_tab_t stack_tab;
+static prof_stack_t *stack_all;
+static uint32_t stack_count;
+static char *stack_cur, *stack_end;
+static size_t stack_bytes;
+
+/* Memory for stacks and the stack cache's nodes (at most a few hundred
+ * bytes at a time), bounded; NULL past the bound.  Under stack_lock. */
+static void *stack_space(size_t len) {
+    len = (len + 15) & ~(size_t)15;
+    if ((size_t)(stack_end - stack_cur) < len) {
+        if (stack_bytes + PROF_CHUNK > PROF_STACK_BYTES) return NULL;
+        char *c = map_zeroed(PROF_CHUNK);
+        if (c == NULL) return NULL;
+        stack_bytes += PROF_CHUNK;
+        stack_cur = c;
+        stack_end = c + PROF_CHUNK;
+    }
+    void *p = stack_cur;
+    stack_cur += len;
+    return p;
+}
+
+/* The stack's entry, made if new; NULL past the bounds.  Under stack_lock. */
+static prof_stack_t *stack_intern(uint64_t key, const uintptr_t *pc, int n) {
+    prof_ent_t *e = stack_find(&stack_tab, key, pc, n);
+    if (e != NULL) return e->stack;
+    if (!tab_room(&stack_tab)) return NULL;
+    prof_stack_t *s = stack_space(sizeof(prof_stack_t) + (size_t)n * sizeof *pc);
+    if (s == NULL) return NULL;
+    s->id = stack_count++;
+    s->depth = (uint32_t)n;
+    memcpy(s->pc, pc, (size_t)n * sizeof *pc);
+    s->all_next = stack_all;
+    stack_all = s;
+    tab_put(&stack_tab, key)->stack = s;
+    return s;
+}
+
+/* ---- each heap's state ---------------------------------------------------------------- */
+struct hak_prof {
+    hak_lock_t lock;              /* rec, site, and the owner's side of blocks */
+    _Atomic int walking;          /* a stack walk is under way (fork waits) */
+    uint64_t rng;                 /* xorshift64* state                      */
+    hak_heap_t *blocks;           /* its sampled blocks: HAK_CHUNK_PROF     */
+    prof_tab_t rec;               /* their records                          */
+    prof_tab_t site;              /* the stacks sampled here, with counts   */
+    struct hak_prof *next;        /* every heap's, newest first             */
+};
+
+static struct hak_prof *locals;   /* the list: pushed under locals_lock,
+                                     walked without it (never unlinked)    */
+static hak_lock_t locals_lock;
+
 /* Bytes to the next sample: exponential with mean HAKMEM_PROFILE_RATE. */
-static int64_t draw_distance(hak_heap_t *h) {
-    double u = (double)((rng_next(&h->prof_rng) >> 11) + 1) * (1.0 / 9007199254740992.0);
+static int64_t draw_distance(struct hak_prof *pl) {
+    if (pl == NULL) return INT64_MAX;         /* no state: the heap never samples */
+    double u = (double)((rng_next(&pl->rng) >> 11) + 1) * (1.0 / 9007199254740992.0);
     double d = neg_log(u) * (double)hak_opt.profile_rate;
     return d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
 static _Atomic uint64_t seed_count;
 
-/* The heap's first word on sampling, in this process: its countdown. */
+/* The heap's first word on sampling, in this process: its state (heap->prof,
+ * from hakmem's metadata) and countdown. */
 static int64_t heap_start(hak_heap_t *h) {
     h->prof_ready = true;
     if (!hak_profile_on) return INT64_MAX;
+    struct hak_prof *pl = hak_meta_alloc(sizeof *pl);
+    if (pl == NULL) return INT64_MAX;
     uint64_t n = atomic_fetch_add_explicit(&seed_count, 1, memory_order_relaxed) + 1;
-    h->prof_rng = (hak_block_key ^ (uintptr_t)h ^ (n * 0x9E3779B97F4A7C15ULL)) | 1;
-    return draw_distance(h);
+    pl->rng = (hak_block_key ^ (uintptr_t)h ^ (n * 0x9E3779B97F4A7C15ULL)) | 1;
+    hak_lock(&locals_lock);          /* fork holds it: no state appears while it locks them all */
+    pl->next = locals;
+    __atomic_store_n(&locals, pl, __ATOMIC_RELEASE);
+    hak_unlock(&locals_lock);
+    h->prof = pl;
+    return draw_distance(pl);
+}
+
+/* A sample of `size` bytes at `site` whose block is p, in t (room made). */
+static void record(prof_tab_t *t, const void *p, size_t size, prof_ent_t *site) {
+    prof_ent_t *r = tab_put(t, (uintptr_t)p);
+    r->stack = site->stack;
+    r->a = size;
+    r->b = size;
+    site->a++;
+    site->b += size;
 }
 
 /* ---- the stack walk -----------------------------------------------------------
- * Two unwinders, both read from the programs' DWARF call frame information
- * (no frame pointers needed), both loaded with dlopen at start-up
- * (callgrind figures, a stack of about 9 frames):
+ * For the samples the stack cache (below) cannot place.  Two unwinders,
+ * both read from the programs' DWARF call frame information (no frame
+ * pointers needed), both loaded with dlopen at start-up (callgrind figures,
+ * a stack of about 9 frames):
  *   libunwind (libunwind.so.8): unw_backtrace caches, per thread, what it
  *     learns of each return address: about 80 instructions a frame, but
  *     the cache costs a new thread about 90,000 instructions and 384 KiB
  *     the first time; stepping with unw_step costs about 500 a frame and
  *     nothing per thread.  So a thread steps for its first FAST_AFTER
- *     samples and uses unw_backtrace from then on: threads that come and
- *     go (a server's workers, Larson) never pay for a cache they would
- *     hardly use;
+ *     walks and uses unw_backtrace from then on: threads that come and go
+ *     never pay for a cache they would hardly use;
  *   libgcc's _Unwind_Backtrace (libgcc_s.so.1, present wherever glibc is):
  *     reads the tables again each time, about 2000 instructions a frame.
  * HAKMEM_PROFILE_UNWINDER picks; libunwind falls back to libgcc when
@@ -218,260 +447,391 @@ static inline __attribute__((always_inline)) int walk_stack(uintptr_t *pc, void 
 /* fork() waits for the stack walks under way: the unwinders' own locks
  * (libunwind's caches, libgcc's list of objects) are not reset in a child,
  * which would hang at its first sample had the parent forked in the middle
- * of a walk.  walks_active counts the walks in its low bits and the forks
- * under way in units of WALKS_FORK; a fork waits for the walks to drain, and
- * meanwhile a sample records only its caller.
- * Walks run side by side (a lock here cost Larson's two threads a fifth of
- * their throughput).  A walk holds no lock of hakmem's, so fork waits for
- * them first. */
-#define WALKS_FORK  (1u << 20)
-#define WALKS_COUNT (WALKS_FORK - 1)
-static _Atomic unsigned walks_active;
+ * of a walk.  Each heap's state says whether its thread is walking; a fork
+ * raises `forking`, then waits for every flag to drop, and meanwhile a
+ * sample records only its caller.  The flag is on a line of the walking
+ * thread's own (a count shared by all threads would be written twice by
+ * every sample); the exchange that raises it orders it before the read of
+ * `forking`, as the fork's store orders `forking` before its reads of the
+ * flags. */
+static _Atomic int forking;
 
-static inline __attribute__((always_inline)) int take_stack(uintptr_t *pc, void *caller) {
-    if (atomic_fetch_add_explicit(&walks_active, 1, memory_order_acquire) >= WALKS_FORK) {
-        atomic_fetch_sub_explicit(&walks_active, 1, memory_order_release);
-        pc[0] = (uintptr_t)caller;
-        return 1;
-    }
-    int n = walk_stack(pc, caller);
-    atomic_fetch_sub_explicit(&walks_active, 1, memory_order_release);
+static inline __attribute__((always_inline)) int take_stack(struct hak_prof *pl, uintptr_t *pc,
+                                                            void *caller) {
+    int n = 1;
+    pc[0] = (uintptr_t)caller;
+    atomic_exchange_explicit(&pl->walking, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&forking, memory_order_seq_cst)) n = walk_stack(pc, caller);
+    atomic_store_explicit(&pl->walking, 0, memory_order_release);
     return n;
 }
 
-/* ---- stacks and records ----------------------------------------------------------- */
-typedef struct prof_stack {
-    uint64_t hash;
-    struct prof_stack *all_next;      /* every stack, newest first      */
-    uint64_t alloc_count, alloc_bytes;  /* samples ever taken here (raw) */
-    uint32_t depth;
-    uintptr_t pc[];
-} prof_stack_t;
 
-typedef struct prof_rec {
-    void *ptr;                        /* the program's pointer          */
-    size_t size;                      /* bytes requested (now)          */
-    size_t sampled;                   /* bytes requested when sampled:
-                                         its weight is 1 / p(sampled)   */
-    prof_stack_t *stack;
-    struct prof_rec *next_free;
-} prof_rec_t;
+/* ---- the stack cache ------------------------------------------------------------------
+ * A walk costs about 80 instructions a frame even with libunwind's
+ * per-thread cache, and that cache costs each new thread about 90,000
+ * instructions, 384 KiB and their page faults; stepping without it takes a
+ * lock and two system calls a frame (libgcc: about 2000 instructions).
+ * But a program samples the same stacks again and again, and where every
+ * frame has a fixed size a stack is told from any other by the return
+ * addresses at fixed distances above the sampling function's frame.  So each stack walked is learned as a
+ * path in a trie: the root stands for the sampling function, each node
+ * for a frame and says where the next return address lies (its distance
+ * from `base`, a local of the sampling function), each edge is that
+ * return address.  A sample follows its path with one load a frame and,
+ * at the node where a learned stack ends, has that stack without a walk.
+ * Learning walks step (libunwind) or trace (libgcc), which tell each
+ * frame's CFA: the return address of frame i + 1 lies at CFA(i) - 8, and
+ * is checked there before it is learned.
+ *
+ * What is not learned, and walked as before: a frame that may change size
+ * from one call to the next, which keeps a frame pointer (alloca, arrays
+ * of variable length, realigned stacks: its rbp is CFA - 16), is an opaque
+ * node, and so is a node found in two places; a sample on another stack
+ * than its thread's (a signal's alternate stack, a coroutine's) walks, so
+ * the loads stay inside the thread's stack (pthread_getattr_np, asked once
+ * per thread).  Nodes and edges are written under stack_lock, never
+ * changed but to become opaque, and read without a lock. */
+enum { NODE_NEW, NODE_INNER, NODE_END, NODE_OPAQUE };
+enum { LOOK_HIT, LOOK_LEARN, LOOK_WALK };
 
-static hak_lock_t prof_lock;          /* everything below              */
-/* Set while this thread holds prof_lock: what it allocates meanwhile (a
- * purger's thread stack when a heap's unlock starts one, say) is not
- * sampled, which would take prof_lock again. */
-static __thread bool tls_prof_locked;
+typedef struct prof_node {
+    _Atomic uint8_t kind;
+    int32_t next_off;             /* INNER: the next return address is at
+                                     base + next_off                       */
+    uintptr_t pc1;                /* the first edge learned, kept in the node
+                                     (most nodes have one): its return      */
+    _Atomic(struct prof_node *) to1;   /* address and node, written first  */
+    prof_stack_t *stack;          /* END: the stack ending here (its key)  */
+    uint64_t key;
+} prof_node_t;
 
-static void prof_lock_take(void) {
-    hak_lock(&prof_lock);
-    tls_prof_locked = true;
-}
+typedef struct {
+    _Atomic(prof_node_t *) from;  /* written last: the edge exists         */
+    uintptr_t pc;
+    prof_node_t *to;
+} prof_edge_t;
 
-static void prof_lock_drop(void) {
-    tls_prof_locked = false;
-    hak_unlock(&prof_lock);
-}
-static prof_stack_t **stack_idx;      /* open addressing, by hash      */
-static size_t stack_idx_cap, stack_count;
-static prof_stack_t *stack_all;
-static char *stack_cur, *stack_end;
-static size_t stack_bytes;
-static prof_rec_t **rec_idx;          /* open addressing, by pointer   */
-static size_t rec_idx_cap, rec_count;
-static prof_rec_t *rec_free;
-static size_t rec_made;
-static uint64_t dropped;              /* samples lost to the bounds    */
-static bool warned_full;
+typedef struct { size_t cap, n; prof_edge_t e[]; } prof_edges_t;
 
-static void *map_zeroed(size_t len) { return hak_os_map(len); }
+static _Atomic(prof_edges_t *) edges;  /* replaced as it grows; an old table
+                                          stays mapped (a reader may be in it) */
+static _Atomic bool trie_full;
+static prof_node_t root_alloc, root_large;   /* the two sampling functions */
 
-static uint64_t stack_hash(const uintptr_t *pc, int n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)n;
-    for (int i = 0; i < n; i++) h = (h ^ pc[i]) * 0x100000001b3ULL, h ^= h >> 29;
-    return h;
-}
+/* This thread's stack ([lo, hi); hi 1: unknown, 0: not asked yet). */
+static __thread uintptr_t tls_stack_lo, tls_stack_hi;
 
-/* Doubles an open-addressing table of pointers, rehashing with `slot`. */
-static bool grow_table(void ***tab, size_t *cap, size_t (*slot)(const void *, size_t)) {
-    size_t ncap = *cap ? *cap * 2 : 1024;
-    void **n = map_zeroed(ncap * sizeof(void *));
-    if (n == NULL) return false;
-    for (size_t i = 0; i < *cap; i++) {
-        void *e = (*tab)[i];
-        if (e == NULL) continue;
-        size_t j = slot(e, ncap);
-        while (n[j] != NULL) j = (j + 1) & (ncap - 1);
-        n[j] = e;
+static void thread_stack(void) {
+    pthread_attr_t a;
+    void *addr;
+    size_t size;
+    tls_stack_hi = 1;
+    if (pthread_getattr_np(pthread_self(), &a) != 0) return;
+    if (pthread_attr_getstack(&a, &addr, &size) == 0 && size != 0) {
+        tls_stack_lo = (uintptr_t)addr;
+        tls_stack_hi = (uintptr_t)addr + size;
     }
-    if (*tab != NULL) hak_os_unmap_unused(*tab, *cap * sizeof(void *));
-    *tab = n;
-    *cap = ncap;
+    pthread_attr_destroy(&a);
+}
+
+static inline size_t edge_home(const prof_node_t *from, uintptr_t pc, size_t cap) {
+    uint64_t h = ((uintptr_t)from ^ (pc * 0x9E3779B97F4A7C15ULL)) * 0xD6E8FEB86659FD93ULL;
+    return (size_t)(h >> (64 - __builtin_ctzll(cap)));
+}
+
+static inline prof_node_t *edge_find(const prof_edges_t *t, const prof_node_t *from, uintptr_t pc) {
+    size_t mask = t->cap - 1;
+    for (size_t i = edge_home(from, pc, t->cap);; i = (i + 1) & mask) {
+        const prof_node_t *f = atomic_load_explicit(&t->e[i].from, memory_order_acquire);
+        if (f == NULL) return NULL;
+        if (f == from && t->e[i].pc == pc) return t->e[i].to;
+    }
+}
+
+/* The child of n by the return address pc, NULL if not learned. */
+static inline prof_node_t *node_next(const prof_node_t *n, uintptr_t pc) {
+    prof_node_t *to = atomic_load_explicit(&n->to1, memory_order_acquire);
+    if (hak_likely(to != NULL && n->pc1 == pc)) return to;
+    const prof_edges_t *t = atomic_load_explicit(&edges, memory_order_acquire);
+    return to != NULL && t != NULL ? edge_find(t, n, pc) : NULL;
+}
+
+/* Where the sample whose sampling function has `root` and local `base`
+ * stands: at the end of a learned stack (*at), short of one (learn it from
+ * *at on), or where the cache cannot follow (walk). */
+static inline int trie_look(prof_node_t *root, uintptr_t base, prof_node_t **at) {
+    if (hak_unlikely(tls_stack_hi == 0)) thread_stack();
+    if (base < tls_stack_lo || base >= tls_stack_hi) return LOOK_WALK;
+    uintptr_t room = tls_stack_hi - base - sizeof(uintptr_t);    /* the farthest offset read */
+    prof_node_t *n = root;
+    unsigned kind;
+    while ((kind = atomic_load_explicit(&n->kind, memory_order_acquire)) == NODE_INNER) {
+        if ((uintptr_t)(intptr_t)n->next_off > room) {
+            kind = NODE_OPAQUE;
+            break;
+        }
+        prof_node_t *to = node_next(n, *(const uintptr_t *)(base + (uintptr_t)(intptr_t)n->next_off));
+        if (to == NULL) {
+            kind = NODE_NEW;
+            break;
+        }
+        n = to;
+    }
+    *at = n;
+    if (kind == NODE_END) return LOOK_HIT;
+    if (kind == NODE_NEW && !atomic_load_explicit(&trie_full, memory_order_relaxed)) return LOOK_LEARN;
+    return LOOK_WALK;
+}
+
+/* The frames of a learning walk: return address (frame 0: where the walk
+ * started), CFA (0: not known yet) and rbp. */
+#define LEARN_FRAMES (PROF_MAX_FRAMES + 8)
+typedef struct { uintptr_t ip[LEARN_FRAMES], cfa[LEARN_FRAMES], bp[LEARN_FRAMES]; int n; } learn_t;
+
+#define UNW_SP_REG 7                   /* UNW_X86_64_RSP */
+#define UNW_BP_REG 6                   /* UNW_X86_64_RBP */
+#define DWARF_BP 6                     /* rbp's DWARF number */
+typedef _Unwind_Word (*uw_get_gr_fn)(struct _Unwind_Context *, int);
+typedef _Unwind_Word (*uw_get_cfa_fn)(struct _Unwind_Context *);
+static uw_get_gr_fn uw_get_gr;
+static uw_get_cfa_fn uw_get_cfa;
+
+static _Unwind_Reason_Code learn_frame(struct _Unwind_Context *ctx, void *arg) {
+    learn_t *w = arg;
+    uintptr_t pc = (uintptr_t)uw_get_ip(ctx);
+    if (pc == 0) return _URC_END_OF_STACK;
+    /* libgcc's CFA of a frame's context is its stack pointer: the CFA of
+     * the frame it called */
+    if (w->n > 0) w->cfa[w->n - 1] = (uintptr_t)uw_get_cfa(ctx);
+    w->ip[w->n] = pc;
+    w->cfa[w->n] = 0;
+    w->bp[w->n] = (uintptr_t)uw_get_gr(ctx, DWARF_BP);
+    return ++w->n == LEARN_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* The walk of a stack to learn, frame by frame with each CFA. */
+static HAK_NOINLINE void learn_walk(learn_t *w) {
+    w->n = 0;
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
+        unw_ctx_buf_t ctx;
+        unw_cursor_buf_t cur;
+        uint64_t ip, sp, bp;
+        if (unw.getcontext(&ctx) != 0 || unw.init_local(&cur, &ctx) != 0) return;
+        do {
+            if (unw.get_reg(&cur, UNW_IP_REG, &ip) != 0 || ip == 0 ||
+                unw.get_reg(&cur, UNW_SP_REG, &sp) != 0 || unw.get_reg(&cur, UNW_BP_REG, &bp) != 0)
+                break;
+            if (w->n > 0) w->cfa[w->n - 1] = sp;      /* the caller's rsp is the callee's CFA */
+            w->ip[w->n] = ip;
+            w->cfa[w->n] = 0;
+            w->bp[w->n] = bp;
+        } while (++w->n < LEARN_FRAMES && unw.step(&cur) > 0);
+        return;
+    }
+    uw_backtrace_fn bt = __atomic_load_n(&uw_backtrace, __ATOMIC_ACQUIRE);
+    if (bt != NULL && uw_get_cfa != NULL && uw_get_gr != NULL) bt(learn_frame, w);
+}
+
+static void make_opaque(prof_node_t *n) {
+    atomic_store_explicit(&n->kind, NODE_OPAQUE, memory_order_release);
+}
+
+/* An edge more, the table doubled first if it must (false: full). */
+static bool edge_add(prof_node_t *from, uintptr_t pc, prof_node_t *to) {
+    prof_edges_t *t = atomic_load_explicit(&edges, memory_order_relaxed);
+    if (t == NULL || (t->n + 1) * 2 > t->cap) {
+        size_t cap = t != NULL ? t->cap * 2 : 4096, len = sizeof *t + cap * sizeof(prof_edge_t);
+        if (atomic_fetch_add_explicit(&table_bytes, len, memory_order_relaxed) + len > PROF_TABLE_BYTES) {
+            atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+            return false;
+        }
+        prof_edges_t *nt = map_zeroed(len);
+        if (nt == NULL) {
+            atomic_fetch_sub_explicit(&table_bytes, len, memory_order_relaxed);
+            return false;
+        }
+        nt->cap = cap;
+        for (size_t i = 0; t != NULL && i < t->cap; i++) {
+            prof_node_t *f = atomic_load_explicit(&t->e[i].from, memory_order_relaxed);
+            if (f == NULL) continue;
+            size_t j = edge_home(f, t->e[i].pc, cap);
+            while (nt->e[j].from != NULL) j = (j + 1) & (cap - 1);
+            nt->e[j].pc = t->e[i].pc;
+            nt->e[j].to = t->e[i].to;
+            atomic_store_explicit(&nt->e[j].from, f, memory_order_relaxed);
+            nt->n++;
+        }
+        atomic_store_explicit(&edges, nt, memory_order_release);
+        t = nt;
+    }
+    size_t j = edge_home(from, pc, t->cap);
+    while (atomic_load_explicit(&t->e[j].from, memory_order_relaxed) != NULL) j = (j + 1) & (t->cap - 1);
+    t->e[j].pc = pc;
+    t->e[j].to = to;
+    atomic_store_explicit(&t->e[j].from, from, memory_order_release);
+    t->n++;
     return true;
 }
 
-static size_t stack_slot(const void *e, size_t cap) {
-    return (size_t)(((const prof_stack_t *)e)->hash * 0x9E3779B97F4A7C15ULL >> 20) & (cap - 1);
+static prof_node_t *node_new(unsigned kind) {
+    prof_node_t *n = stack_space(sizeof *n);
+    if (n != NULL) atomic_store_explicit(&n->kind, (uint8_t)kind, memory_order_relaxed);
+    return n;
 }
 
-static size_t ptr_slot_of(const void *p, size_t cap) {
-    return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & (cap - 1);
-}
-
-static size_t rec_slot(const void *e, size_t cap) {
-    return ptr_slot_of(((const prof_rec_t *)e)->ptr, cap);
-}
-
-/* The stack's entry, made if new; NULL past the bound.  Under prof_lock. */
-static prof_stack_t *stack_intern(const uintptr_t *pc, int n) {
-    uint64_t hash = stack_hash(pc, n);
-    if ((stack_count + 1) * 2 > stack_idx_cap &&
-        !grow_table((void ***)&stack_idx, &stack_idx_cap, stack_slot))
-        return NULL;
-    size_t mask = stack_idx_cap - 1;
-    prof_stack_t probe = { .hash = hash };
-    size_t i = stack_slot(&probe, stack_idx_cap);
-    for (prof_stack_t *s; (s = stack_idx[i]) != NULL; i = (i + 1) & mask)
-        if (s->hash == hash && s->depth == (uint32_t)n &&
-            memcmp(s->pc, pc, (size_t)n * sizeof *pc) == 0)
-            return s;
-    size_t need = (sizeof(prof_stack_t) + (size_t)n * sizeof *pc + 15) & ~(size_t)15;
-    if ((size_t)(stack_end - stack_cur) < need) {
-        if (stack_bytes + PROF_CHUNK > PROF_STACK_BYTES) return NULL;
-        char *c = map_zeroed(PROF_CHUNK);
-        if (c == NULL) return NULL;
-        stack_bytes += PROF_CHUNK;
-        stack_cur = c;
-        stack_end = c + PROF_CHUNK;
-    }
-    prof_stack_t *s = (prof_stack_t *)stack_cur;
-    stack_cur += need;
-    s->hash = hash;
-    s->depth = (uint32_t)n;
-    memcpy(s->pc, pc, (size_t)n * sizeof *pc);
-    s->all_next = stack_all;
-    stack_all = s;
-    stack_idx[i] = s;
-    stack_count++;
-    return s;
-}
-
-static prof_rec_t *rec_new(void) {
-    if (rec_free == NULL) {
-        if (rec_made >= PROF_MAX_RECORDS) return NULL;
-        prof_rec_t *c = map_zeroed(PROF_CHUNK);
-        if (c == NULL) return NULL;
-        size_t n = PROF_CHUNK / sizeof *c;
-        for (size_t i = 0; i < n; i++) {
-            c[i].next_free = rec_free;
-            rec_free = &c[i];
+/* The path of the stack just walked (frames r to end - 1 of w, frame r - 1
+ * being the sampling function's), ending at `stack`.  Under stack_lock. */
+static void learn_path(prof_node_t *root, uintptr_t base, const learn_t *w, int r, int end,
+                       prof_stack_t *stack, uint64_t key) {
+    prof_node_t *n = root;
+    for (int i = r; i < end; i++) {
+        uintptr_t at = w->cfa[i - 1] - sizeof(uintptr_t);
+        unsigned kind = atomic_load_explicit(&n->kind, memory_order_relaxed);
+        if (kind == NODE_OPAQUE) return;
+        /* the return address where the CFA says, on this thread's stack,
+         * above base (not so past a signal's frame, for one) */
+        if (w->cfa[i - 1] == 0 || at <= base || at + sizeof(uintptr_t) > tls_stack_hi ||
+            at - base > INT32_MAX || *(const uintptr_t *)at != w->ip[i]) {
+            make_opaque(n);
+            return;
         }
-        rec_made += n;
-    }
-    prof_rec_t *r = rec_free;
-    rec_free = r->next_free;
-    return r;
-}
-
-static void rec_release(prof_rec_t *r) {
-    r->ptr = NULL;
-    r->next_free = rec_free;
-    rec_free = r;
-}
-
-static size_t rec_find(const void *p) {
-    if (rec_idx_cap == 0) return SIZE_MAX;
-    size_t mask = rec_idx_cap - 1;
-    for (size_t i = ptr_slot_of(p, rec_idx_cap); rec_idx[i] != NULL; i = (i + 1) & mask)
-        if (rec_idx[i]->ptr == p) return i;
-    return SIZE_MAX;
-}
-
-/* Room in the index for one more record (rec_put then cannot fail). */
-static bool rec_room(void) {
-    return (rec_count + 1) * 2 <= rec_idx_cap ||
-           grow_table((void ***)&rec_idx, &rec_idx_cap, rec_slot);
-}
-
-static void rec_put(prof_rec_t *r) {
-    size_t mask = rec_idx_cap - 1, i = ptr_slot_of(r->ptr, rec_idx_cap);
-    while (rec_idx[i] != NULL) i = (i + 1) & mask;
-    rec_idx[i] = r;
-    rec_count++;
-}
-
-/* Linear probing's deletion: later entries of the run move back into the
- * hole when their home slot allows it. */
-static prof_rec_t *rec_remove_at(size_t i) {
-    prof_rec_t *r = rec_idx[i];
-    size_t mask = rec_idx_cap - 1, j = i;
-    rec_idx[i] = NULL;
-    for (;;) {
-        j = (j + 1) & mask;
-        prof_rec_t *e = rec_idx[j];
-        if (e == NULL) break;
-        size_t home = ptr_slot_of(e->ptr, rec_idx_cap);
-        bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            rec_idx[i] = e;
-            rec_idx[j] = NULL;
-            i = j;
+        if (kind == NODE_NEW) {
+            n->next_off = (int32_t)(at - base);
+            atomic_store_explicit(&n->kind, NODE_INNER, memory_order_release);
+        } else if (kind != NODE_INNER || n->next_off != (int32_t)(at - base)) {
+            make_opaque(n);
+            return;
         }
+        prof_node_t *to = node_next(n, w->ip[i]);
+        bool last = i == end - 1;
+        if (to == NULL) {
+            /* a frame with a frame pointer may change size: walked */
+            bool fixed = last || w->cfa[i] == 0 || w->bp[i] != w->cfa[i] - 16;
+            to = node_new(last ? NODE_END : fixed ? NODE_NEW : NODE_OPAQUE);
+            if (to == NULL) {
+                atomic_store_explicit(&trie_full, true, memory_order_relaxed);
+                return;
+            }
+            to->stack = stack;
+            to->key = key;
+            if (atomic_load_explicit(&n->to1, memory_order_relaxed) == NULL) {
+                n->pc1 = w->ip[i];
+                atomic_store_explicit(&n->to1, to, memory_order_release);
+            } else if (!edge_add(n, w->ip[i], to)) {
+                atomic_store_explicit(&trie_full, true, memory_order_relaxed);
+                return;
+            }
+        } else if ((atomic_load_explicit(&to->kind, memory_order_relaxed) == NODE_END) != last) {
+            make_opaque(to);
+            return;
+        }
+        n = to;
     }
-    rec_count--;
-    return r;
 }
 
-static void drop_sample(void) {
-    dropped++;
-    if (!warned_full) {
-        warned_full = true;
-        static const char msg[] = "hakmem: heap profile tables full; further samples are dropped\n";
-        ssize_t w = write(2, msg, sizeof msg - 1);
-        (void)w;
+/* A sample's stack: interned (stack, key) when known, else pc[0..n) to
+ * intern. */
+typedef struct {
+    prof_stack_t *stack;
+    uint64_t key;
+    int n;
+    uintptr_t pc[PROF_MAX_FRAMES];
+} sample_stack_t;
+
+/* A walk that learns, for a sample the cache could not place (it stopped
+ * at `stop`).  ret0 is the sampling function's return address: learn's
+ * frame, learn_walk's and the sampling function's come first.  A walk that
+ * cannot be learned makes `stop` opaque, so the next sample there walks
+ * (a stack cut at PROF_MAX_FRAMES is learned cut: the walk cuts it too). */
+static HAK_NOINLINE void learn(struct hak_prof *pl, prof_node_t *root, prof_node_t *stop,
+                               uintptr_t base, uintptr_t ret0, sample_stack_t *s) {
+    learn_t w;
+    w.n = 0;
+    atomic_exchange_explicit(&pl->walking, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&forking, memory_order_seq_cst)) learn_walk(&w);
+    atomic_store_explicit(&pl->walking, 0, memory_order_release);
+    if (w.n == 0) return;                     /* no unwinder yet, or a fork */
+    int r = 1, first;
+    while (r < w.n && w.ip[r] != ret0) r++;
+    for (first = r; first < w.n && in_alloc_path(w.ip[first]); first++) {}   /* hakmem's own */
+    for (int i = first; i < w.n && s->n < PROF_MAX_FRAMES; i++) s->pc[s->n++] = w.ip[i];
+    prof_lock(&stack_lock);
+    if (s->n != 0) {
+        s->key = stack_key(s->pc, s->n);
+        s->stack = stack_intern(s->key, s->pc, s->n);
     }
+    if (s->stack != NULL) learn_path(root, base, &w, r, first + s->n, s->stack, s->key);
+    else make_opaque(stop);
+    prof_unlock(&stack_lock);
 }
 
-/* A record for a sample, the block still to come; NULL (the sample is
- * dropped) past the bounds.  Under prof_lock. */
-static prof_rec_t *record_begin(size_t size, const uintptr_t *pc, int n) {
-    prof_stack_t *s = stack_intern(pc, n);
-    prof_rec_t *r = s != NULL && rec_room() ? rec_new() : NULL;
-    if (r == NULL) {
-        drop_sample();
-        return NULL;
+/* The stack of a sample taken in the function whose cache root is `root`
+ * (base: the address of its local s). */
+static inline __attribute__((always_inline)) void sample_stack(struct hak_prof *pl, prof_node_t *root,
+                                                               sample_stack_t *s, void *ret0) {
+    uintptr_t base = (uintptr_t)s;
+    prof_node_t *at;
+    s->stack = NULL;
+    s->n = 0;
+    int look = trie_look(root, base, &at);
+    if (look == LOOK_HIT) {
+        s->stack = at->stack;
+        s->key = at->key;
+        return;
     }
-    r->size = size;
-    r->sampled = size;
-    r->stack = s;
-    return r;
+    if (look == LOOK_LEARN) {
+        learn(pl, root, at, base, (uintptr_t)ret0, s);
+        if (s->n > 0) return;
+    }
+    s->n = take_stack(pl, s->pc, ret0);
 }
 
-static void record_end(prof_rec_t *r, void *p) {
-    r->ptr = p;
-    rec_put(r);
-    r->stack->alloc_count++;
-    r->stack->alloc_bytes += r->size;
+/* pl's entry for the sample's stack, made (and the stack stored for the
+ * process, if it is not yet) if new; NULL past the bounds.  Under pl->lock. */
+static prof_ent_t *site_of(struct hak_prof *pl, sample_stack_t *s) {
+    prof_ent_t *e;
+    if (s->stack != NULL) {          /* interned: its pointer tells it */
+        e = NULL;
+        for (size_t i = pl->site.cap != 0 ? tab_home(s->key, pl->site.cap) : 0;
+             pl->site.cap != 0 && pl->site.e[i].key != 0; i = (i + 1) & (pl->site.cap - 1))
+            if (pl->site.e[i].stack == s->stack) {
+                e = &pl->site.e[i];
+                break;
+            }
+    } else {
+        s->key = stack_key(s->pc, s->n);
+        e = stack_find(&pl->site, s->key, s->pc, s->n);
+    }
+    if (e != NULL) return e;
+    if (!tab_room(&pl->site)) return NULL;
+    if (s->stack == NULL) {
+        prof_lock(&stack_lock);
+        s->stack = stack_intern(s->key, s->pc, s->n);
+        prof_unlock(&stack_lock);
+        if (s->stack == NULL) return NULL;
+    }
+    e = tab_put(&pl->site, s->key);
+    e->stack = s->stack;
+    return e;
 }
 
 /* ---- sampled allocations ---------------------------------------------------------- */
-/* The heap that serves sampled blocks below 1 MiB: a heap of no thread,
- * used under prof_lock, whose SuperSlabs are tagged HAK_CHUNK_PROF.  A
- * sampled block is thus an ordinary block of its size class (alignment,
+/* pl's heap of sampled blocks, made at its first sample: a heap of no
+ * thread whose SuperSlabs are tagged HAK_CHUNK_PROF, used under pl->lock.
+ * A sampled block is thus an ordinary block of its size class (alignment,
  * usable size, the free check), only its free goes to free_cold and here.
- * It has no rings: its blocks go straight back to their slabs. */
-static hak_heap_t *prof_heap;
-
-/* Made outside prof_lock (it takes heap_lock, which fork() takes first). */
-static hak_heap_t *profile_heap(void) {
-    hak_heap_t *h = __atomic_load_n(&prof_heap, __ATOMIC_ACQUIRE);
-    if (h != NULL) return h;
-    h = hak_heap_new_private(HAK_CHUNK_PROF);
-    hak_heap_t *none = NULL;
-    if (h != NULL && !__atomic_compare_exchange_n(&prof_heap, &none, h, false, __ATOMIC_ACQ_REL,
-                                                  __ATOMIC_ACQUIRE))
-        h = none;      /* another thread made it first (at start-up only); ours stays unused */
-    return h;
+ * It has no rings: its blocks go straight back to their slabs.  Made
+ * outside pl->lock (making a heap takes heap_lock, which fork takes
+ * first). */
+static hak_heap_t *prof_blocks(struct hak_prof *pl) {
+    if (hak_likely(pl->blocks != NULL)) return pl->blocks;
+    hak_heap_t *b = hak_heap_new_private(HAK_CHUNK_PROF);
+    if (b != NULL) {
+        b->prof = pl;
+        pl->blocks = b;
+    }
+    return b;
 }
 
 /* An allocation from h that the countdown does not see (sample_left is
@@ -481,27 +841,42 @@ static void *alloc_plain(hak_heap_t *h, size_t size) { return hak_heap_alloc(h, 
 static _Atomic int dump_requested;
 static void dump_on_signal(void);
 
-/* A sampled request of at most 1 MiB, served by the profiler's heap; NULL
+/* A block of class cls from b, the heap of sampled blocks, for its owner
+ * (pl->lock held).  A Tiny class's free list is the owner's alone: popped
+ * here as the Tiny fast path pops it, when its current slab has a block. */
+static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
+    hak_slab_t *s = b->queue_head[cls];
+    hak_block_t *blk = s->free;
+    if (cls < HAK_L2_FIRST && blk != NULL) {
+        s->free = hak_link_get(blk);
+        s->used++;
+        *p = blk;
+        return true;
+    }
+    return hak_class_take(b, cls, p, 1) == 1;
+}
+
+/* A sampled request of at most 1 MiB, served by the heap's block heap; NULL
  * if it has no block or no room for the record (the caller then serves it
  * as usual). */
-static inline __attribute__((always_inline)) void *sample_block(size_t size, void *caller) {
-    uintptr_t pc[PROF_MAX_FRAMES];
-    int n = take_stack(pc, caller);
-    hak_heap_t *ph = profile_heap();
-    if (ph == NULL) return NULL;
+static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, size_t size,
+                                                                void *caller) {
+    struct hak_prof *pl = h->prof;
+    hak_heap_t *b = pl != NULL ? prof_blocks(pl) : NULL;
+    if (b == NULL) return NULL;
+    sample_stack_t st;
+    sample_stack(pl, &root_alloc, &st, caller);
     unsigned cls = (unsigned)hak_size_class(size);
     void *p = NULL;
-    prof_lock_take();
-    prof_rec_t *r = record_begin(size, pc, n);
-    if (r != NULL) {
-        if (hak_class_take(ph, cls, &p, 1) == 1) {
-            hak_block_taken(p);
-            record_end(r, p);
-        } else {
-            rec_release(r);
-        }
+    prof_lock(&pl->lock);
+    prof_ent_t *site = tab_room(&pl->rec) ? site_of(pl, &st) : NULL;
+    if (site == NULL) {
+        drop_sample();
+    } else if (take_block(b, cls, &p)) {
+        hak_block_taken(p);
+        record(&pl->rec, p, size, site);
     }
-    prof_lock_drop();
+    prof_unlock(&pl->lock);
     return p;
 }
 
@@ -516,13 +891,14 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
     h->sample_left = INT64_MAX;       /* nothing below is sampled */
     void *p = NULL;
     if (left < 0 && hak_profile_on) {
-        left = draw_distance(h);
+        left = draw_distance(h->prof);
         /* Not in a heap borrowed under heap_lock (hak_alloc_without_heap):
-         * prof_lock and a dump's wait for the loader's lock come after it. */
-        if (hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked) {
+         * the profiler's locks and a dump's wait for the loader's lock come
+         * after it. */
+        if (hak_heap_state(h) == HAK_HEAP_ACTIVE && tls_prof_locks == 0) {
             if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
                 dump_on_signal();
-            p = sample_block(size, __builtin_return_address(0));
+            p = sample_block(h, size, __builtin_return_address(0));
         }
     }
     if (p == NULL) p = alloc_plain(h, size);
@@ -538,124 +914,213 @@ bool hak_profile_large_due(size_t size) {
     if (h == NULL && (h = hak_heap_for_thread()) == NULL) return false;
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
-    h->sample_left = draw_distance(h);
-    return hak_heap_state(h) == HAK_HEAP_ACTIVE && !tls_prof_locked;
+    h->sample_left = draw_distance(h->prof);
+    return h->prof != NULL && hak_heap_state(h) == HAK_HEAP_ACTIVE && tls_prof_locks == 0;
 }
+
+/* The large blocks' records. */
+static hak_lock_t large_lock;
+static prof_tab_t large_rec;
 
 /* A sampled large block: its own mapping already; only a record. */
 HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
     hak_heap_t *h = hak_tls_owner;
+    struct hak_prof *pl = h->prof;
     int64_t left = h->sample_left;
     h->sample_left = INT64_MAX;
     if (hak_unlikely(atomic_load_explicit(&dump_requested, memory_order_relaxed)))
         dump_on_signal();
-    uintptr_t pc[PROF_MAX_FRAMES];
-    int n = take_stack(pc, __builtin_return_address(0));
-    prof_lock_take();
-    prof_rec_t *r = record_begin(size, pc, n);
-    if (r != NULL) record_end(r, p);
-    prof_lock_drop();
+    sample_stack_t st;
+    sample_stack(pl, &root_large, &st, __builtin_return_address(0));
+    prof_lock(&pl->lock);
+    prof_ent_t *site = site_of(pl, &st);
+    bool kept = false;
+    if (site != NULL) {
+        prof_lock(&large_lock);
+        kept = tab_room(&large_rec);
+        if (kept) record(&large_rec, p, size, site);
+        prof_unlock(&large_lock);
+    }
+    if (!kept) drop_sample();
+    prof_unlock(&pl->lock);
     h->sample_left = left;
 }
 
-/* Takes p's record out, if it has one.  Under prof_lock. */
-static void forget_locked(const void *p) {
-    size_t i = rec_find(p);
-    if (i != SIZE_MAX) rec_release(rec_remove_at(i));
-}
-
 void hak_profile_large_free(void *p) {
-    prof_lock_take();
-    forget_locked(p);
-    prof_lock_drop();
+    prof_lock(&large_lock);
+    prof_ent_t *r = rec_find(&large_rec, p);
+    if (r != NULL) tab_remove(&large_rec, r);
+    prof_unlock(&large_lock);
 }
 
-/* A block of the profiler's heap (HAK_CHUNK_PROF) passed the free check.
- * The purger, if the return stamped enough, is started once prof_lock has
- * gone: starting a thread allocates, and that allocation may be sampled
- * (which takes prof_lock). */
+/* A block of a block heap (HAK_CHUNK_PROF) passed the free check: its
+ * slab's owner is that heap, whose state holds the record; any thread may
+ * be freeing it.  The purger, if the return stamped enough, is started once
+ * the lock has gone: starting a thread allocates, and that allocation may
+ * be sampled (which takes the lock of this thread's own heap). */
 void hak_profile_free(void *p) {
-    prof_lock_take();
-    forget_locked(p);
-    hak_heap_lock(prof_heap);             /* so the return's unlock kicks nothing */
-    hak_pool_return_block(prof_heap, p);  /* back to its slab; empty slabs retire */
-    bool kick = prof_heap->purge_pending >= HAK_PURGE_KICK_MIN;
-    if (kick) prof_heap->purge_pending = 0;
-    hak_heap_unlock(prof_heap);
-    prof_lock_drop();
+    hak_heap_t *b = hak_slab_of(p)->owner;
+    struct hak_prof *pl = b->prof;
+    prof_lock(&pl->lock);
+    prof_ent_t *r = rec_find(&pl->rec, p);
+    if (r != NULL) tab_remove(&pl->rec, r);
+    hak_heap_lock(b);                 /* so the return's unlock kicks nothing */
+    hak_pool_return_block(b, p);      /* back to its slab; empty slabs retire */
+    bool kick = b->purge_pending >= HAK_PURGE_KICK_MIN;
+    if (kick) b->purge_pending = 0;
+    hak_heap_unlock(b);
+    prof_unlock(&pl->lock);
     if (kick) hak_purge_kick();
 }
 
 /* A large realloc moved or resized a block. */
 void hak_profile_moved(void *from, void *to, size_t size) {
-    prof_lock_take();
-    size_t i = rec_find(from);
-    if (i != SIZE_MAX) {
-        prof_rec_t *r = rec_remove_at(i);
-        r->ptr = to;
-        r->size = size;
-        rec_put(r);         /* one entry just left: room */
+    prof_lock(&large_lock);
+    prof_ent_t *r = rec_find(&large_rec, from);
+    if (r != NULL) {
+        prof_ent_t was = *r;
+        tab_remove(&large_rec, r);
+        prof_ent_t *now = tab_put(&large_rec, (uintptr_t)to);   /* one entry just left: room */
+        now->stack = was.stack;
+        now->a = size;
+        now->b = was.b;
     }
-    prof_lock_drop();
+    prof_unlock(&large_lock);
 }
 
+/* A large block's record (a sampled block below 1 MiB is known by its chunk). */
 bool hak_profile_has_record(const void *p) {
-    prof_lock_take();
-    bool found = rec_find(p) != SIZE_MAX;
-    prof_lock_drop();
+    prof_lock(&large_lock);
+    bool found = rec_find(&large_rec, p) != NULL;
+    prof_unlock(&large_lock);
     return found;
 }
 
-/* realloc kept a sampled block for a new size. */
+/* realloc kept a sampled block (or a large one, which may be) for a new size. */
 void hak_profile_resized(void *p, size_t size) {
-    prof_lock_take();
-    size_t i = rec_find(p);
-    if (i != SIZE_MAX) rec_idx[i]->size = size;
-    prof_lock_drop();
+    prof_tab_t *t = &large_rec;
+    hak_lock_t *l = &large_lock;
+    if (hak_chunk_kind(p) == HAK_CHUNK_PROF) {
+        struct hak_prof *pl = hak_slab_of(p)->owner->prof;
+        t = &pl->rec;
+        l = &pl->lock;
+    }
+    prof_lock(l);
+    prof_ent_t *r = rec_find(t, p);
+    if (r != NULL) r->a = size;
+    prof_unlock(l);
 }
 
 /* ---- dumps ----------------------------------------------------------------------- */
 typedef struct { prof_stack_t *stack; size_t size, sampled; } snap_rec_t;
 typedef struct { prof_stack_t *stack; uint64_t count, bytes; } snap_stack_t;
 
+/* An array that grows in mappings of its own (a dump never uses the
+ * program's heap). */
+typedef struct { char *p; size_t n, len; } vec_t;
+
+static void *vec_push(vec_t *v, size_t esz) {
+    if ((v->n + 1) * esz > v->len) {
+        size_t len = v->len != 0 ? v->len * 2 : 65536;
+        char *p = map_zeroed(len);
+        if (p == NULL) return NULL;
+        if (v->p != NULL) {
+            memcpy(p, v->p, v->n * esz);
+            hak_os_unmap_unused(v->p, v->len);
+        }
+        v->p = p;
+        v->len = len;
+    }
+    return v->p + v->n++ * esz;
+}
+
+static void vec_free(vec_t *v) {
+    if (v->p != NULL) hak_os_unmap_unused(v->p, v->len);
+    *v = (vec_t){ NULL, 0, 0 };
+}
+
 typedef struct {
-    snap_rec_t *rec;
+    snap_rec_t *rec;              /* live samples                  */
     size_t nrec;
-    snap_stack_t *stk;
+    snap_stack_t *stk;            /* every stack, by id, with its counts */
     size_t nstk;
-    void *map;
-    size_t map_len;
+    vec_t vrec, vstk;
     uint64_t dropped;
 } snapshot_t;
 
-static bool snapshot_take(snapshot_t *sn) {
-    memset(sn, 0, sizeof *sn);
-    prof_lock_take();
-    size_t len = rec_count * sizeof(snap_rec_t) + stack_count * sizeof(snap_stack_t) + 4096;
-    len = (len + 4095) & ~(size_t)4095;
-    char *m = map_zeroed(len);
-    if (m == NULL) {
-        prof_lock_drop();
-        return false;
+static bool copy_records(vec_t *v, const prof_tab_t *t) {
+    for (size_t i = 0; i < t->cap; i++) {
+        const prof_ent_t *e = &t->e[i];
+        if (e->key == 0) continue;
+        snap_rec_t *r = vec_push(v, sizeof *r);
+        if (r == NULL) return false;
+        *r = (snap_rec_t){ e->stack, e->a, e->b };
     }
-    sn->map = m;
-    sn->map_len = len;
-    sn->rec = (snap_rec_t *)m;
-    for (size_t i = 0; i < rec_idx_cap; i++) {
-        prof_rec_t *r = rec_idx[i];
-        if (r == NULL) continue;
-        sn->rec[sn->nrec++] = (snap_rec_t){ r->stack, r->size, r->sampled };
+    return true;
+}
+
+static bool copy_sites(vec_t *v, const prof_tab_t *t) {
+    for (size_t i = 0; i < t->cap; i++) {
+        const prof_ent_t *e = &t->e[i];
+        if (e->key == 0) continue;
+        snap_stack_t *s = vec_push(v, sizeof *s);
+        if (s == NULL) return false;
+        *s = (snap_stack_t){ e->stack, e->a, e->b };
     }
-    sn->stk = (snap_stack_t *)(m + rec_count * sizeof(snap_rec_t));
-    for (prof_stack_t *s = stack_all; s != NULL; s = s->all_next)
-        sn->stk[sn->nstk++] = (snap_stack_t){ s, s->alloc_count, s->alloc_bytes };
-    sn->dropped = dropped;
-    prof_lock_drop();
     return true;
 }
 
 static void snapshot_free(snapshot_t *sn) {
-    if (sn->map != NULL) hak_os_unmap_unused(sn->map, sn->map_len);
+    vec_free(&sn->vrec);
+    vec_free(&sn->vstk);
+}
+
+/* Every live sample (each heap's under its lock, one heap at a time) and
+ * every stack with the samples all heaps have taken there. */
+static bool snapshot_take(snapshot_t *sn) {
+    memset(sn, 0, sizeof *sn);
+    vec_t sites = { NULL, 0, 0 };
+    bool ok = true;
+    for (struct hak_prof *pl = __atomic_load_n(&locals, __ATOMIC_ACQUIRE); pl != NULL && ok;
+         pl = pl->next) {
+        prof_lock(&pl->lock);
+        ok = copy_records(&sn->vrec, &pl->rec) && copy_sites(&sites, &pl->site);
+        prof_unlock(&pl->lock);
+    }
+    if (ok) {
+        prof_lock(&large_lock);
+        ok = copy_records(&sn->vrec, &large_rec);
+        prof_unlock(&large_lock);
+    }
+    if (ok) {
+        /* every stack a site names is stored by now */
+        prof_lock(&stack_lock);
+        for (prof_stack_t *s = stack_all; s != NULL && ok; s = s->all_next)
+            ok = vec_push(&sn->vstk, sizeof(snap_stack_t)) != NULL;
+        if (ok)
+            for (prof_stack_t *s = stack_all; s != NULL; s = s->all_next)
+                ((snap_stack_t *)sn->vstk.p)[s->id].stack = s;
+        prof_unlock(&stack_lock);
+    }
+    if (ok) {
+        snap_stack_t *stk = (snap_stack_t *)sn->vstk.p;
+        const snap_stack_t *site = (const snap_stack_t *)sites.p;
+        for (size_t i = 0; i < sites.n; i++) {
+            stk[site[i].stack->id].count += site[i].count;
+            stk[site[i].stack->id].bytes += site[i].bytes;
+        }
+    }
+    vec_free(&sites);
+    if (!ok) {
+        snapshot_free(sn);
+        return false;
+    }
+    sn->rec = (snap_rec_t *)sn->vrec.p;
+    sn->nrec = sn->vrec.n;
+    sn->stk = (snap_stack_t *)sn->vstk.p;
+    sn->nstk = sn->vstk.n;
+    sn->dropped = atomic_load_explicit(&dropped, memory_order_relaxed);
+    return true;
 }
 
 /* Heapsort (no allocation): by stack, then size. */
@@ -1018,6 +1483,8 @@ __attribute__((constructor)) static void profile_start(void) {
         __atomic_store_n(&unw_ready, true, __ATOMIC_RELEASE);
     } else if ((lib = hak_os_library("libgcc_s.so.1")) != NULL) {
         uw_get_ip = (uw_get_ip_fn)hak_os_library_symbol(lib, "_Unwind_GetIP");
+        uw_get_gr = (uw_get_gr_fn)hak_os_library_symbol(lib, "_Unwind_GetGR");
+        uw_get_cfa = (uw_get_cfa_fn)hak_os_library_symbol(lib, "_Unwind_GetCFA");
         uw_backtrace_fn bt = (uw_backtrace_fn)hak_os_library_symbol(lib, "_Unwind_Backtrace");
         if (uw_get_ip != NULL && bt != NULL) __atomic_store_n(&uw_backtrace, bt, __ATOMIC_RELEASE);
     }
@@ -1037,8 +1504,17 @@ __attribute__((constructor)) static void profile_start(void) {
             if (fd >= floor) break;
         }
     }
-    uintptr_t pc[PROF_MAX_FRAMES];
-    take_stack(pc, NULL);             /* an unwinder's first use may allocate */
+    /* An unwinder's first use may allocate: a walk now, through this
+     * thread's heap, whose countdown stops meanwhile. */
+    hak_heap_t *h = hak_heap_for_thread();
+    if (h != NULL) {
+        if (!h->prof_ready) h->sample_left = heap_start(h);
+        int64_t left = h->sample_left;
+        h->sample_left = INT64_MAX;
+        uintptr_t pc[PROF_MAX_FRAMES];
+        if (h->prof != NULL) take_stack(h->prof, pc, NULL);
+        h->sample_left = left;
+    }
     while (nfill > 0) close(filler[--nfill]);
     int sig = hak_opt.profile_signal;
     if (sig != 0 && hak_opt.profile[0] != '\0') {
@@ -1087,19 +1563,37 @@ __attribute__((destructor)) static void profile_at_exit(void) {
     if (h != NULL) h->sample_left = left;
 }
 
-void hak_profile_fork_prepare(void) {
-    atomic_fetch_add_explicit(&walks_active, WALKS_FORK, memory_order_acq_rel);
-    while (atomic_load_explicit(&walks_active, memory_order_acquire) & WALKS_COUNT)
-        sched_yield();
-}
-void hak_profile_fork_parent(void) {
-    atomic_fetch_sub_explicit(&walks_active, WALKS_FORK, memory_order_release);
-}
-void hak_profile_lock_all(void) { hak_lock(&prof_lock); }
-void hak_profile_unlock_all(void) { hak_unlock(&prof_lock); }
 
-/* The child of fork(): a dump another thread was writing died with it. */
+void hak_profile_fork_prepare(void) {
+    atomic_store_explicit(&forking, 1, memory_order_seq_cst);
+    for (struct hak_prof *pl = __atomic_load_n(&locals, __ATOMIC_SEQ_CST); pl != NULL; pl = pl->next)
+        while (atomic_load_explicit(&pl->walking, memory_order_seq_cst)) sched_yield();
+}
+
+void hak_profile_fork_parent(void) { atomic_store_explicit(&forking, 0, memory_order_release); }
+
+/* Every lock of the profiler's, in their order: each heap's state is whole
+ * in the child, and no new one appears meanwhile (locals_lock). */
+void hak_profile_lock_all(void) {
+    hak_lock(&locals_lock);
+    for (struct hak_prof *pl = locals; pl != NULL; pl = pl->next) hak_lock(&pl->lock);
+    hak_lock(&stack_lock);
+    hak_lock(&large_lock);
+}
+
+void hak_profile_unlock_all(void) {
+    hak_unlock(&large_lock);
+    hak_unlock(&stack_lock);
+    for (struct hak_prof *pl = locals; pl != NULL; pl = pl->next) hak_unlock(&pl->lock);
+    hak_unlock(&locals_lock);
+}
+
+/* The child of fork(): a dump another thread was writing died with it, and
+ * so did the walks of other threads (one may have raised its flag again
+ * just before the fork, to find `forking` set). */
 void hak_profile_fork_child(void) {
     atomic_store_explicit(&dump_lock.held, 0, memory_order_relaxed);
-    atomic_store_explicit(&walks_active, 0, memory_order_relaxed);
+    for (struct hak_prof *pl = locals; pl != NULL; pl = pl->next)
+        atomic_store_explicit(&pl->walking, 0, memory_order_relaxed);
+    atomic_store_explicit(&forking, 0, memory_order_relaxed);
 }

@@ -65,8 +65,8 @@ static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due *
 
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
- * profiler's (no thread; used under the profiler's lock, whose holder takes
- * the heap's lock where any owner does). */
+ * profiler's heaps of sampled blocks (no thread; each used under a lock of
+ * the profiler's, whose holder takes the heap's lock where any owner does). */
 static bool heap_purged(const hak_heap_t *h, int state) {
     return state == HAK_HEAP_ACTIVE || state == HAK_HEAP_ABANDONED ||
            h->chunk_kind == HAK_CHUNK_PROF;
@@ -237,7 +237,7 @@ bool hak_purge_everything(void) {
  * SuperSlab cache, warm) rather than wait for a new thread to adopt it.
  * Where the purger cannot run, this is also when due memory goes back. */
 void hak_housekeeping(hak_heap_t *h) {
-    /* not from the profiler's heap: its lock may not wait for heap_lock */
+    /* not from a heap of the profiler's: its lock may not wait for heap_lock */
     if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
     hak_purge_inline();
     if (hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY)) hak_purge_kick();

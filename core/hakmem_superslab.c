@@ -86,7 +86,7 @@ static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
 
 static hak_superslab_t *ss_new(hak_heap_t *h) {
     hak_superslab_t *ss = NULL;
-    /* (the cache holds HAK_CHUNK_SS chunks: not for the profiler's heap) */
+    /* (the cache holds HAK_CHUNK_SS chunks: not for the profiler's heaps) */
     if (h->chunk_kind == 0 && __atomic_load_n(&ss_cache, __ATOMIC_RELAXED) != NULL) {
         hak_lock(&ss_cache_lock);
         ss = ss_cache;

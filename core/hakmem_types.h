@@ -78,6 +78,7 @@ typedef struct hak_block { struct hak_block *next; } hak_block_t;
 
 struct hak_heap;
 struct hak_ring;
+struct hak_prof;
 
 /* Set in slab->used while the slab is parked: off its class queue (no free
  * block left, or its SuperSlab is DRAINING), so the free path tests "now
@@ -225,11 +226,15 @@ typedef struct hak_heap {
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
     size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
                                       written by the heap's owner only     */
-    uint64_t         prof_rng;     /* the profiler's PRNG state            */
+    struct hak_prof *prof;         /* the heap profiler's state of this heap
+                                      (hakmem_profile.c), made with sample_left;
+                                      in a heap of sampled blocks, the state of
+                                      the heap it serves                    */
     bool             prof_ready;   /* sample_left set for this process     */
     uint8_t          chunk_kind;   /* its SuperSlabs' tag: 0 (HAK_CHUNK_SS),
-                                      or HAK_CHUNK_PROF for the profiler's
-                                      heap (no thread, used under its lock) */
+                                      or HAK_CHUNK_PROF for a heap of sampled
+                                      blocks (no thread; used under its
+                                      profiler state's lock)                */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_L25_CLASSES];
 } hak_heap_t;

@@ -13,6 +13,13 @@
  *   leaks       the leak report at exit names the site that leaked and not
  *               the one whose blocks were all freed
  *   threads     8 threads sample at once and free each other's blocks
+ *   live        8 threads sample, free some blocks themselves, hand some to
+ *               another thread and exit; main frees some after that; a
+ *               dump counts exactly the sampled blocks still live
+ *   stacks      recursion 1 to 8 deep, through frames of fixed size and
+ *               through frames that change size (alloca), under two
+ *               callers, in two threads: every sample has its own stack in
+ *               the profile (the stack cache never hands out another's)
  *   fork        the child writes its own file under its own pid; the
  *               parent's profile is unchanged
  *   signal      HAKMEM_PROFILE_SIGNAL: the next sampled allocation writes
@@ -43,7 +50,8 @@
 #define SITE_BOUNDS(name)                                                      \
     extern const char __start_test_site_##name[], __stop_test_site_##name[];
 SITE_BOUNDS(a) SITE_BOUNDS(b) SITE_BOUNDS(c) SITE_BOUNDS(leak) SITE_BOUNDS(freed)
-SITE_BOUNDS(churn) SITE_BOUNDS(keep) SITE_BOUNDS(parent) SITE_BOUNDS(child)
+SITE_BOUNDS(churn) SITE_BOUNDS(keep) SITE_BOUNDS(parent) SITE_BOUNDS(child) SITE_BOUNDS(live)
+SITE_BOUNDS(recf) SITE_BOUNDS(reca) SITE_BOUNDS(outa) SITE_BOUNDS(outb)
 
 typedef struct { const char *name; uintptr_t lo, hi; } site_t;
 #define SITE_OF(n) { #n, (uintptr_t)__start_test_site_##n, (uintptr_t)__stop_test_site_##n }
@@ -76,6 +84,35 @@ static SITE(keep) void site_keep(void **out, const size_t *sz, size_t n) {
 }
 static SITE(parent) void site_parent(void **out, const size_t *sz, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+static SITE(live) void site_live(void **out, const size_t *sz, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
+}
+/* d + 1 frames of rec_fixed (each of one size) or rec_alloca (each of a
+ * size drawn anew), under outer_a or outer_b, then malloc. */
+static SITE(recf) void *rec_fixed(int d, size_t size) {
+    void *p = d == 0 ? HAK_STD(malloc)(size) : rec_fixed(d - 1, size);
+    __asm__ volatile("" : : "r"(p) : "memory");      /* no tail call */
+    return p;
+}
+static SITE(reca) void *rec_alloca(int d, size_t size, unsigned pad) {
+    size_t words = 2 + pad % 128;
+    volatile uintptr_t *b = __builtin_alloca(words * sizeof(uintptr_t));
+    for (size_t i = 0; i < words; i++)      /* return addresses where a cache might look */
+        b[i] = (uintptr_t)__builtin_return_address(0);
+    void *p = d == 0 ? HAK_STD(malloc)(size) : rec_alloca(d - 1, size, pad * 1103515245u + 12345u);
+    __asm__ volatile("" : : "r"(p), "r"(b) : "memory");
+    return p;
+}
+static SITE(outa) void *outer_a(int d, bool al, size_t size, unsigned pad) {
+    void *p = al ? rec_alloca(d, size, pad) : rec_fixed(d, size);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+static SITE(outb) void *outer_b(int d, bool al, size_t size, unsigned pad) {
+    void *p = al ? rec_alloca(d, size, pad) : rec_fixed(d, size);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
 }
 static SITE(child) void site_child(void **out, const size_t *sz, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = HAK_STD(malloc)(sz[i]);
@@ -184,6 +221,26 @@ static void parse_profile(const char *path, const site_t *sites, int nsites, pro
         line = end + 1;
     }
     free(text);
+}
+
+/* The samples of a heap profile's in-use lines whose stack starts in `site`. */
+static unsigned long long samples_at(const char *path, site_t site)
+{
+    char *text = read_file(path);
+    if (text == NULL) fail_msg("cannot read heap profile %s: %s", path, strerror(errno));
+    unsigned long long total = 0;
+    for (char *line = strchr(text, '\n'); line != NULL && strncmp(line + 1, "MAPPED", 6) != 0;
+         line = strchr(line + 1, '\n')) {
+        unsigned long long n1, s1, n2, s2;
+        int used = 0;
+        if (sscanf(line + 1, " %llu: %llu [ %llu: %llu] @%n", &n1, &s1, &n2, &s2, &used) != 4 ||
+            used == 0)
+            continue;
+        uintptr_t first = (uintptr_t)strtoull(line + 1 + used, NULL, 16);
+        if (first >= site.lo && first < site.hi) total += n1;
+    }
+    free(text);
+    return total;
 }
 
 static void path_in_dir(char *out, size_t cap, const char *name)
@@ -524,6 +581,196 @@ static void test_threads(void **state)
     if (pr.bytes[0] != 0 || pr.bytes[1] != 0) fail_msg("freed blocks still in the profile");
 }
 
+/* ---- every live sample in a dump ---------------------------------------------------- */
+/* Each thread allocates LIVE_ROUNDS x 8 MiB at site_live (about 16 samples
+ * a round); of each round it frees a half itself, hands a quarter to the
+ * next thread (remote frees, some after the allocating thread has exited:
+ * the last batches) and keeps a quarter.  After the threads have exited,
+ * main frees half of what they kept.  The dump must then hold exactly the
+ * sampled blocks still live (hak_profile_sampled tells them), whichever
+ * thread sampled them and whoever freed the others. */
+#define LIVE_ROUNDS 6
+
+typedef struct {
+    int id;
+    pthread_mutex_t lock;
+    batch_t *inbox;                 /* the previous thread's blocks, freed here */
+    void **kept;
+    size_t kept_n, kept_cap;
+} live_t;
+
+static live_t live[NTHREADS];
+static pthread_barrier_t live_start;
+
+static void *live_worker(void *arg)
+{
+    live_t *w = arg;
+    live_t *next = &live[(w->id + 1) % NTHREADS];
+    uint64_t rng = 0x5EED + (uint64_t)w->id;
+    pthread_barrier_wait(&live_start);
+    for (int r = 0; r < LIVE_ROUNDS; r++) {
+        size_t n, bytes;
+        size_t *sz = draw_sizes(&rng, 16, 64 * KiB, 8 * MiB, &n, &bytes);
+        void **p = malloc(n * sizeof *p);
+        site_live(p, sz, n);
+        free(sz);
+        size_t give = n / 4, keep = n / 4;
+        batch_t *b = malloc(sizeof *b + give * sizeof(void *));
+        b->n = give;
+        memcpy(b->p, p, give * sizeof(void *));
+        if (w->kept_n + keep > w->kept_cap) {
+            w->kept_cap = 2 * (w->kept_n + keep);
+            w->kept = realloc(w->kept, w->kept_cap * sizeof *w->kept);
+        }
+        memcpy(w->kept + w->kept_n, p + give, keep * sizeof(void *));
+        w->kept_n += keep;
+        free_all(p + give + keep, n - give - keep);
+        free(p);
+        pthread_mutex_lock(&next->lock);
+        b->next = next->inbox;
+        next->inbox = b;
+        pthread_mutex_unlock(&next->lock);
+        pthread_mutex_lock(&w->lock);
+        batch_t *in = w->inbox;
+        w->inbox = NULL;
+        pthread_mutex_unlock(&w->lock);
+        free_batches(in);
+    }
+    return NULL;
+}
+
+static void test_live_samples(void **state)
+{
+    (void)state;
+    pthread_t t[NTHREADS];
+    pthread_barrier_init(&live_start, NULL, NTHREADS);
+    for (int i = 0; i < NTHREADS; i++) {
+        live[i] = (live_t){ .id = i };
+        pthread_mutex_init(&live[i].lock, NULL);
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, live_worker, &live[i]), 0);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&live_start);
+    unsigned long long sampled = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        free_batches(live[i].inbox);        /* the allocating thread has exited */
+        live[i].inbox = NULL;
+        size_t half = live[i].kept_n / 2;
+        free_all(live[i].kept, half);
+        memmove(live[i].kept, live[i].kept + half, (live[i].kept_n - half) * sizeof(void *));
+        live[i].kept_n -= half;
+        for (size_t k = 0; k < live[i].kept_n; k++) sampled += hak_profile_sampled(live[i].kept[k]) != 0;
+    }
+    char path[320];
+    path_in_dir(path, sizeof path, "live.heap");
+    assert_int_equal(hak_profile_dump(path), 0);
+    unsigned long long found = samples_at(path, (site_t)SITE_OF(live));
+    print_message("site_live: %llu sampled blocks live, %llu samples in the dump\n", sampled, found);
+    if (sampled == 0) fail_msg("no block of site_live was sampled");
+    if (found != sampled) fail_msg("the dump holds %llu samples of site_live, %llu are live", found, sampled);
+    for (int i = 0; i < NTHREADS; i++) {
+        free_all(live[i].kept, live[i].kept_n);
+        free(live[i].kept);
+        pthread_mutex_destroy(&live[i].lock);
+    }
+    assert_int_equal(hak_profile_dump(path), 0);
+    found = samples_at(path, (site_t)SITE_OF(live));
+    if (found != 0) fail_msg("%llu samples of site_live after every block was freed", found);
+}
+
+/* ---- stacks --------------------------------------------------------------------------- */
+/* Each thread makes blocks of 128 KiB (sampled with probability 0.22)
+ * through every (caller, kind of frame, depth) in turn, keeps the sampled
+ * ones and frees the others.  The profile must give each sampled block its
+ * own stack: per (caller, kind, depth), the in-use samples whose stack is
+ * depth + 1 frames of the recursion and then that caller are exactly the
+ * blocks kept. */
+#define STK_DEPTHS 8
+#define STK_ROUNDS 1600
+
+typedef struct { void **kept; size_t n; unsigned count[2][2][STK_DEPTHS]; } stk_t;
+
+static void *stk_worker(void *arg)
+{
+    stk_t *w = arg;
+    w->kept = malloc(STK_ROUNDS * sizeof *w->kept);
+    unsigned pad = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < STK_ROUNDS; i++) {
+        int d = i % STK_DEPTHS, out = (i / STK_DEPTHS) % 2, al = (i / (2 * STK_DEPTHS)) % 2;
+        pad = pad * 69069u + 1u;
+        void *p = (out ? outer_b : outer_a)(d, al, 128 * KiB, pad);
+        if (!hak_profile_sampled(p)) {
+            HAK_STD(free)(p);
+            continue;
+        }
+        w->kept[w->n++] = p;
+        w->count[out][al][d]++;
+    }
+    return NULL;
+}
+
+static void test_stacks(void **state)
+{
+    (void)state;
+    stk_t w[2];
+    memset(w, 0, sizeof w);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stk_worker, &w[1]), 0);
+    stk_worker(&w[0]);
+    pthread_join(t, NULL);
+    char path[320];
+    path_in_dir(path, sizeof path, "stacks.heap");
+    assert_int_equal(hak_profile_dump(path), 0);
+    const site_t rec[2] = { SITE_OF(recf), SITE_OF(reca) }, out[2] = { SITE_OF(outa), SITE_OF(outb) };
+    unsigned got[2][2][STK_DEPTHS];
+    memset(got, 0, sizeof got);
+    char *text = read_file(path);
+    assert_non_null(text);
+    for (char *line = strchr(text, '\n'); line != NULL && strncmp(line + 1, "MAPPED", 6) != 0;
+         line = strchr(line + 1, '\n')) {
+        unsigned long long n1, s1, n2, s2;
+        int used = 0;
+        if (sscanf(line + 1, " %llu: %llu [ %llu: %llu] @%n", &n1, &s1, &n2, &s2, &used) != 4 ||
+            used == 0 || n1 == 0)
+            continue;
+        char *a = line + 1 + used, *end = strchr(a, '\n');
+        if (end != NULL) *end = '\0';           /* this line's addresses only */
+        uintptr_t first = (uintptr_t)strtoull(a, &a, 16);
+        int al = first >= rec[0].lo && first < rec[0].hi ? 0 : first >= rec[1].lo && first < rec[1].hi ? 1 : -1;
+        int frames = 1, o = -1;
+        while (al >= 0 && *a != '\0') {
+            uintptr_t pc = (uintptr_t)strtoull(a, &a, 16) - 1;
+            if (pc >= rec[al].lo && pc < rec[al].hi) {
+                frames++;
+                continue;
+            }
+            o = pc >= out[0].lo && pc < out[0].hi ? 0 : pc >= out[1].lo && pc < out[1].hi ? 1 : -1;
+            break;
+        }
+        if (al >= 0 && (o < 0 || frames > STK_DEPTHS))
+            fail_msg("a stack of the recursion without its caller: %.200s", line + 1);
+        if (end != NULL) *end = '\n';
+        if (al >= 0) got[o][al][frames - 1] += (unsigned)n1;
+    }
+    free(text);
+    unsigned total = 0;
+    for (int o = 0; o < 2; o++)
+        for (int al = 0; al < 2; al++)
+            for (int d = 0; d < STK_DEPTHS; d++) {
+                unsigned want = w[0].count[o][al][d] + w[1].count[o][al][d];
+                total += want;
+                if (got[o][al][d] != want)
+                    fail_msg("outer_%c, %s frames, depth %d: %u samples in the profile, %u kept",
+                             "ab"[o], al ? "alloca" : "fixed", d, got[o][al][d], want);
+            }
+    print_message("%u sampled blocks, each under its own stack\n", total);
+    for (int i = 0; i < 2; i++) {
+        free_all(w[i].kept, w[i].n);
+        free(w[i].kept);
+    }
+}
+
 /* ---- fork -------------------------------------------------------------------------- */
 static void test_fork(void **state)
 {
@@ -712,6 +959,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sampled_double_free),
         cmocka_unit_test(test_leak_report),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_live_samples),
+        cmocka_unit_test(test_stacks),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_fork_during_walks),
         cmocka_unit_test(test_signal_dump),

@@ -212,8 +212,8 @@ static inline int ring_holds_two(const char *ring_env)
 /* Freeing then allocating the same size on the same thread gives the same
  * block back, most recently freed first.  The two-block order is checked
  * only when ring_holds_two(ring_env).  A block the heap profiler sampled
- * (HAKMEM_PROFILE) comes from, and goes back to, the profiler's own heap,
- * outside this order: a round that meets one is tried again. */
+ * (HAKMEM_PROFILE) comes from, and goes back to, one of the profiler's own
+ * heaps, outside this order: a round that meets one is tried again. */
 static inline int lifo_round(const api_t *A, size_t n, hak_tier_t tier, const char *ring_env)
 {
     void *p = alloc_checked(A, n, tier);
