@@ -115,7 +115,7 @@ static hak_heap_t *heap_take_locked(void) {
 /* Abandoned heaps queue in order, so housekeeping sweeps each in turn. */
 static void heap_abandon_locked(hak_heap_t *h) {
     __atomic_store_n(&h->state, HAK_HEAP_ABANDONED, __ATOMIC_RELAXED);
-    h->keep_spares = false;
+    h->keep_spares = HAK_SPARES_NONE;
     h->next_free = NULL;
     if (heaps_abandoned_tail) heaps_abandoned_tail->next_free = h;
     else heaps_abandoned = h;
@@ -133,7 +133,7 @@ hak_heap_t *hak_heap_for_thread(void) {
     hak_heap_t *h = heap_take_locked();
     if (h != NULL) {
         __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
-        h->keep_spares = true;
+        h->keep_spares = HAK_SPARES_REFILL;
         __atomic_fetch_add(&active_count, 1, __ATOMIC_RELAXED);
     }
     hak_unlock(&heap_lock);
@@ -167,7 +167,7 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
     h->chunk_kind = chunk_kind;
-    h->keep_spares = true;    /* a spare SuperSlab and slab per class, as any heap */
+    h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
     h->sample_left = INT64_MAX;
     h->prof_ready = true;
     return h;
@@ -240,9 +240,9 @@ size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATO
 void hak_heap_trim_self(hak_heap_t *h) {
     atomic_store_explicit(&h->trim_request, false, memory_order_relaxed);
     heap_flush_rings(h);
-    h->keep_spares = false;
+    h->keep_spares = HAK_SPARES_NONE;
     heap_sweep(h);
-    h->keep_spares = true;
+    h->keep_spares = HAK_SPARES_REFILL;
 }
 
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {
@@ -268,11 +268,15 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
 
 /* The thread is exiting (its key's destructor, hakmem_init.c).  Its rings
  * go back to the slabs and the heap waits for a new thread, warm: threads
- * that come and go (a server's workers, Larson) adopt it at once.  If none
- * comes, the running threads' housekeeping sweeps it without spares and
- * purges its pages.  Returns HAK_EXIT_* flags. */
+ * that come and go (a server's workers, Larson) adopt it at once.  It
+ * keeps one empty slab per class and one empty SuperSlab for that thread;
+ * its other empty slabs are retired (their pages stay resident and
+ * stamped, free for any class), so its SuperSlabs can empty out.  What no
+ * thread takes goes back by time.
+ * Returns HAK_EXIT_* flags. */
 unsigned hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_owner) return 0;
+    h->keep_spares = HAK_SPARES_ONE;
     heap_reclaim(h);
     unsigned todo = hak_heap_kick_due(h) ? HAK_EXIT_KICK : 0;
     hak_tls_heap = &hak_empty_heap;
@@ -294,7 +298,7 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     if (h != NULL) {
         hak_tls_owner = h;
         if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted below */
-        h->keep_spares = true;
+        h->keep_spares = HAK_SPARES_REFILL;
         p = hak_heap_alloc(h, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
         heap_park(h);

@@ -311,9 +311,9 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * retired.  Counted by a walk of the queue: a queue longer than twice the
  * bound has room enough without s. */
 static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
-    if (!h->keep_spares) return false;
+    if (h->keep_spares == HAK_SPARES_NONE) return false;
     unsigned keep = 1;
-    if (hak_slab_purgeable(s)) {
+    if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
         keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
         if (keep > 16) keep = 16;
     }

@@ -212,7 +212,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
  * empty one: one spare absorbs a heap that empties and refills without
  * going through the cache lock.  Abandoned and trimming heaps keep none. */
 static bool release_ok(hak_heap_t *h, hak_superslab_t *ss) {
-    if (!h->keep_spares) return true;
+    if (h->keep_spares == HAK_SPARES_NONE) return true;
     for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next)
         if (o != ss && o->free_pages == ~(uint64_t)0) return true;
     return false;

@@ -180,6 +180,17 @@ typedef struct { hak_ring_t r; void *slot[POOL_L25_RING_CAP]; } hak_l25_ring_t;
 /* ORPHANED: the heap of a thread that did not survive fork() in the child. */
 enum { HAK_HEAP_ACTIVE = 1, HAK_HEAP_ABANDONED = 2, HAK_HEAP_ORPHANED = 3 };
 
+/* What a heap keeps empty for its next refills instead of retiring it
+ * (slab_keep_empty, hakmem_slab.c; release_ok, hakmem_superslab.c). */
+enum {
+    HAK_SPARES_NONE = 0,    /* trimming, or abandoned: nothing             */
+    HAK_SPARES_ONE = 1,     /* its thread is exiting: one empty slab per
+                               class and one empty SuperSlab, warm for the
+                               next thread, no more                        */
+    HAK_SPARES_REFILL = 2,  /* a thread's heap: also the empty slabs its
+                               refills will want (slab_keep_empty)          */
+};
+
 typedef struct hak_heap {
     /* Bytes the thread may still allocate before the next heap-profile
      * sample (hakmem_profile.c): every malloc fast path subtracts its
@@ -201,10 +212,8 @@ typedef struct hak_heap {
                                                  SuperSlab state check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
-    bool             keep_spares;  /* keep empty slabs per class
-                                      (slab_keep_empty) and one empty
-                                      SuperSlab: off while trimming and for
-                                      abandoned heaps                       */
+    uint8_t          keep_spares;  /* HAK_SPARES_*: the empty slabs and
+                                      SuperSlab it keeps for the next refills */
     size_t           purge_pending; /* owner: bytes stamped for the purger
                                       since it was last made sure of        */
     _Atomic bool     trim_request; /* malloc_trim from another thread: flush
