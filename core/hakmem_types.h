@@ -291,9 +291,12 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
            used * 2u <= s->purge_mark;
 }
 
-/* Due: stamped at `at`, unused for the delay by `now` (or `force`: trim). */
+/* Due: stamped at `at`, unused for the delay by `now` (delay 0: trim).  A
+ * purge reads `now` before it takes the locks under which owners stamp, so
+ * a stamp may be a little later than `now`: that one is new, not 49 days
+ * old (the uint32 difference would wrap). */
 static inline bool hak_purge_due(uint32_t at, uint32_t now, uint32_t delay, uint32_t *wait) {
-    uint32_t age = now - at;
+    uint32_t age = (int32_t)(now - at) < 0 ? 0 : now - at;
     if (age >= delay) return true;
     if (delay - age < *wait) *wait = delay - age;
     return false;
