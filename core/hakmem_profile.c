@@ -47,9 +47,8 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 #include "box/chunk_map_box.h"
-#include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
-#include "box/tiny_box.h"
+#include "box/block_link_box.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -964,11 +963,8 @@ void hak_profile_free(void *p) {
     prof_lock(&pl->lock);
     prof_ent_t *r = rec_find(&pl->rec, p);
     if (r != NULL) tab_remove(&pl->rec, r);
-    hak_heap_lock(b);                 /* so the return's unlock kicks nothing */
     hak_pool_return_block(b, p);      /* back to its slab; empty slabs retire */
-    bool kick = b->purge_pending >= HAK_PURGE_KICK_MIN;
-    if (kick) b->purge_pending = 0;
-    hak_heap_unlock(b);
+    bool kick = hak_heap_kick_due(b); /* b is used under pl->lock only */
     prof_unlock(&pl->lock);
     if (kick) hak_purge_kick();
 }

@@ -509,6 +509,22 @@ static void free_batches(batch_t *b)
     }
 }
 
+/* Hand batch b to the next thread's inbox, then free what the previous
+ * thread left in ours (remote frees of sampled and plain blocks). */
+static void pass_on(batch_t *b, pthread_mutex_t *next_lock, batch_t **next_inbox,
+                    pthread_mutex_t *my_lock, batch_t **my_inbox)
+{
+    pthread_mutex_lock(next_lock);
+    b->next = *next_inbox;
+    *next_inbox = b;
+    pthread_mutex_unlock(next_lock);
+    pthread_mutex_lock(my_lock);
+    batch_t *in = *my_inbox;
+    *my_inbox = NULL;
+    pthread_mutex_unlock(my_lock);
+    free_batches(in);
+}
+
 static void *worker(void *arg)
 {
     worker_t *w = arg;
@@ -528,15 +544,7 @@ static void *worker(void *arg)
         b->n = n;
         site_churn(b->p, sz, n);
         free(sz);
-        pthread_mutex_lock(&next->lock);      /* the next thread frees it */
-        b->next = next->inbox;
-        next->inbox = b;
-        pthread_mutex_unlock(&next->lock);
-        pthread_mutex_lock(&w->lock);
-        batch_t *in = w->inbox;
-        w->inbox = NULL;
-        pthread_mutex_unlock(&w->lock);
-        free_batches(in);
+        pass_on(b, &next->lock, &next->inbox, &w->lock, &w->inbox);
     }
     return NULL;
 }
@@ -626,15 +634,7 @@ static void *live_worker(void *arg)
         w->kept_n += keep;
         free_all(p + give + keep, n - give - keep);
         free(p);
-        pthread_mutex_lock(&next->lock);
-        b->next = next->inbox;
-        next->inbox = b;
-        pthread_mutex_unlock(&next->lock);
-        pthread_mutex_lock(&w->lock);
-        batch_t *in = w->inbox;
-        w->inbox = NULL;
-        pthread_mutex_unlock(&w->lock);
-        free_batches(in);
+        pass_on(b, &next->lock, &next->inbox, &w->lock, &w->inbox);
     }
     return NULL;
 }
