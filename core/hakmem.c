@@ -370,6 +370,7 @@ int hak_profile_sampled(const void *p) {
  * everything free goes back, from every thread's heap (hakmem_purge.c). */
 int hak_trim(size_t pad) {
     (void)pad;
+    if (hak_unlikely(hak_profile_on)) hak_profile_trim();   /* first: its empty SuperSlabs go below */
     return hak_purge_everything() ? 1 : 0;
 }
 

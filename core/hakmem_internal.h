@@ -184,6 +184,7 @@ HAK_INTERNAL void  hak_profile_large_free(void *p);
 HAK_INTERNAL void  hak_profile_moved(void *from, void *to, size_t size);
 HAK_INTERNAL void  hak_profile_free(void *p);
 HAK_INTERNAL void  hak_profile_resized(void *p, size_t size);
+HAK_INTERNAL void  hak_profile_trim(void);
 HAK_INTERNAL bool  hak_profile_has_record(const void *p);
 HAK_INTERNAL void  hak_profile_fork_prepare(void);
 HAK_INTERNAL void  hak_profile_fork_parent(void);

@@ -827,7 +827,7 @@ static hak_heap_t *prof_blocks(struct hak_prof *pl) {
     if (hak_likely(pl->blocks != NULL)) return pl->blocks;
     hak_heap_t *b = hak_heap_new_private(HAK_CHUNK_PROF);
     if (b != NULL) {
-        b->prof = pl;
+        __atomic_store_n(&b->prof, pl, __ATOMIC_RELEASE);   /* hak_profile_trim reads it */
         pl->blocks = b;
     }
     return b;
@@ -967,6 +967,19 @@ void hak_profile_free(void *p) {
     bool kick = hak_heap_kick_due(b); /* b is used under pl->lock only */
     prof_unlock(&pl->lock);
     if (kick) hak_purge_kick();
+}
+
+/* malloc_trim: the heaps of sampled blocks keep no spare slabs either, so
+ * their empty SuperSlabs go back with everyone else's. */
+void hak_profile_trim(void) {
+    for (hak_heap_t *b = hak_heap_first(); b != NULL; b = b->next_all) {
+        /* prof is set just after the heap is listed (prof_blocks) */
+        struct hak_prof *pl = __atomic_load_n(&b->prof, __ATOMIC_ACQUIRE);
+        if (b->chunk_kind != HAK_CHUNK_PROF || pl == NULL) continue;
+        prof_lock(&pl->lock);
+        hak_heap_trim_self(b);
+        prof_unlock(&pl->lock);
+    }
 }
 
 /* A large realloc moved or resized a block. */

@@ -412,6 +412,37 @@ static void test_sampled_blocks(void **state)
     HAK_STD(free)(big);
 }
 
+/* malloc_trim gives back the SuperSlabs of the heaps of sampled blocks too
+ * (each kept spare slabs per class, in SuperSlabs of their own): once
+ * everything is freed and trimmed, hardly any SuperSlab is in use. */
+static void test_trim_sampled(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    static void *p[N];
+    hak_info_t before, after;
+    hak_trim(0);
+    hak_get_info(&before);
+    int sampled = 0;
+    for (int i = 0; i < N; i++) {
+        size_t n = (size_t)2 * KiB << (i % 10);        /* 2 KiB .. 1 MiB: L2 and L2.5 */
+        p[i] = HAK_STD(malloc)(n - (size_t)(i % 7));
+        assert_non_null(p[i]);
+        sampled += hak_profile_sampled(p[i]);
+    }
+    assert_true(sampled > 10);
+    free_all(p, N);
+    hak_trim(0);
+    hak_get_info(&after);
+    print_message("%d sampled; SuperSlabs in use before %zu, after free and trim %zu\n", sampled,
+                  before.ss_hot + before.ss_draining, after.ss_hot + after.ss_draining);
+    assert_true(after.ss_hot + after.ss_draining <= before.ss_hot + before.ss_draining + 1);
+    /* the earlier tests' sampled heaps are trimmed too: only this thread's
+     * heap's SuperSlabs (the live blocks of the tests before) are left */
+    assert_true(after.ss_hot + after.ss_draining <= 8);
+    assert_int_equal(after.ss_free, 0);
+}
+
 /* A second free of a sampled block stops the process, named a double free. */
 static void test_sampled_double_free(void **state)
 {
@@ -956,6 +987,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_pprof),
         cmocka_unit_test(test_sampled_blocks),
+        cmocka_unit_test(test_trim_sampled),
         cmocka_unit_test(test_sampled_double_free),
         cmocka_unit_test(test_leak_report),
         cmocka_unit_test(test_threads),
