@@ -62,7 +62,7 @@ Benchmark ids (docs/benchmarks/README.md describes each):
   random_mixed_ws400 random_mixed_ws8192 random_mixed_ws65536
   random_mixed_ws262144 mid_large_mt_t1 mid_large_mt_t2 larson_t1 larson_t2
   larson_mb_t2 larson_short_t1 larson_short_t2 xthread xthread_large
-  transfer_t2 many_threads large_reuse large_reuse_calloc rss
+  transfer_t2 many_threads large_reuse large_reuse_calloc large_reuse_long rss
 (rss only when bench_rss_system exists).  Sizes can be overridden with the
 environment variables BENCH_RM_CYCLES, BENCH_MID_CYCLES,
 BENCH_LARSON_SECONDS (every larson row), BENCH_XTHREAD_SECONDS,
@@ -319,6 +319,7 @@ transfer_t2|bench_transfer|2 50 $TR_ROUNDS|transfer (mstress) 2 threads
 many_threads|bench_many_threads|600 $MT_WAVES|600 threads one block each
 large_reuse|bench_large_reuse|$LR_REPS 20 5 25 memset|large reuse 5-25 MiB memset
 large_reuse_calloc|bench_large_reuse|$LR_REPS 20 5 25 calloc|large reuse 5-25 MiB calloc
+large_reuse_long|bench_large_reuse|$((LR_REPS * 10)) 20 5 25 memset|large reuse 5-25 MiB memset, long
 rss|bench_rss|$RSS_ARGS|bench_rss (memory)"
 if [ $CALLGRIND = 1 ]; then
     BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$CG_CYCLES 400|bench_random_mixed ws=400
