@@ -65,6 +65,7 @@ TMO="${TEST_TIMEOUT:-$(awk -v s="$SCALE" 'BEGIN { t = 300 * s; if (t < 300) t = 
 JOBS="${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 [ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=2
 export CMOCKA_MESSAGE_OUTPUT=stdout   # the format parsed below
+export HAK_TEST_REQUIRE_PPROF=1       # install_deps provides google-pprof: test_profile fails without it
 
 for v in $(compgen -e | grep '^HAKMEM_'); do
     echo "run_tests: $v=${!v} from the environment dropped (the matrix sets the settings)"
