@@ -43,7 +43,8 @@
  * Output: the gperftools heap-profile text format (heap_v2, read by
  * google-pprof) and a folded-stack text (PATH.folded) for flame graphs,
  * written at exit, by hak_profile_dump() and on HAKMEM_PROFILE_SIGNAL (the
- * handler only sets a flag; the next sampled allocation writes PATH.N). */
+ * handler only sets a flag; the next sampled allocation, or the exit,
+ * writes PATH.N). */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 #include "box/chunk_map_box.h"
@@ -1548,6 +1549,14 @@ __attribute__((destructor)) static void profile_at_exit(void) {
     int64_t left = h != NULL ? h->sample_left : 0;
     if (h != NULL) h->sample_left = INT64_MAX;
     hak_lock(&dump_lock);
+    /* A signal after the last sampled allocation still gets its PATH.N. */
+    if (atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed) &&
+        hak_opt.profile[0] != '\0') {
+        char suffix[24];
+        snprintf(suffix, sizeof suffix, ".%u",
+                 atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
+        dump_to(hak_opt.profile, suffix);
+    }
     if (hak_opt.profile[0] != '\0' && dump_to(hak_opt.profile, "") != 0) {
         char line[160];
         const char *why = strerrorname_np(errno);    /* strerror may allocate */

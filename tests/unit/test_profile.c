@@ -21,9 +21,11 @@
  *               callers, in two threads: every sample has its own stack in
  *               the profile (the stack cache never hands out another's)
  *   fork        the child writes its own file under its own pid; the
- *               parent's profile is unchanged
+ *               parent's profile is unchanged; with no %p in the path the
+ *               child writes PATH.<its pid>
  *   signal      HAKMEM_PROFILE_SIGNAL: the next sampled allocation writes
- *               a numbered profile
+ *               a numbered profile, and so does the exit of a process that
+ *               allocates nothing after the signal
  *
  * Call sites are told apart by address: each site function sits in a
  * section of its own, whose bounds the linker provides. */
@@ -873,6 +875,34 @@ static void test_signal_dump(void **state)
     assert_int_equal(access(folded, R_OK), 0);
 }
 
+/* The signal, then no allocation: the exit writes prof.<pid>.1 before
+ * prof.<pid>.  In a child, so the numbering of test_signal_dump holds. */
+static void test_signal_at_exit(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);           /* its leak report */
+        raise(SIGUSR2);
+        exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char path[320], name[64];
+    snprintf(name, sizeof name, "prof.%d.1", (int)pid);
+    path_in_dir(path, sizeof path, name);
+    if (access(path, R_OK) != 0) fail_msg("no %s after the signal and the exit", path);
+    prof_t pr;
+    parse_profile(path, NULL, 0, &pr);
+    snprintf(name, sizeof name, "prof.%d", (int)pid);
+    path_in_dir(path, sizeof path, name);
+    assert_int_equal(access(path, R_OK), 0);
+}
+
 /* ---- fork in the middle of stack walks ---------------------------------------------- */
 /* Threads sample almost every allocation (HAKMEM_PROFILE_RATE=64), so
  * stack walks are under way whenever the main thread forks; each child
@@ -998,6 +1028,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stacks),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_fork_during_walks),
+        cmocka_unit_test(test_signal_at_exit),
         cmocka_unit_test(test_signal_dump),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
