@@ -850,6 +850,53 @@ static void test_fork(void **state)
     free_all(mine, n);
     free(mine);
     free(sz);
+
+    /* Without %p (a new process: the path is read at start-up). */
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char nopid[320];
+        path_in_dir(nopid, sizeof nopid, "nopid");
+        setenv("HAK_PROFILE_NOPID", "1", 1);
+        setenv("HAKMEM_PROFILE", nopid, 1);
+        setenv("HAKMEM_PROFILE_LEAKS", "0", 1);
+        char *args[] = { "test_profile", NULL };
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* HAK_PROFILE_NOPID: HAKMEM_PROFILE has no %p; a forked child writes
+ * PATH.<its pid>, and the parent has not written PATH. */
+static int fork_without_pid(void)
+{
+    const char *path = getenv("HAKMEM_PROFILE");
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        void *p[64];
+        for (int i = 0; i < 64; i++) p[i] = HAK_STD(malloc)(64 * KiB);
+        free_all(p, 64);
+        exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 2;
+    char child[400];
+    snprintf(child, sizeof child, "%s.%d", path, (int)pid);
+    if (access(child, R_OK) != 0) {
+        fprintf(stderr, "no %s from the child\n", child);
+        return 3;
+    }
+    if (access(path, F_OK) == 0) {
+        fprintf(stderr, "%s written by the child\n", path);
+        return 4;
+    }
+    return 0;
 }
 
 /* ---- the signal ------------------------------------------------------------------- */
@@ -1001,6 +1048,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     if (getenv("HAK_PROFILE_FORK_WALKS") != NULL) _exit(fork_during_walks());
+    if (getenv("HAK_PROFILE_NOPID") != NULL) _exit(fork_without_pid());
     const char *dir = getenv("HAK_PROFILE_TEST_DIR");
     if (dir == NULL) {            /* again, with the profiler on */
         char tmpl[] = "/tmp/hakmem-profile-test.XXXXXX";
