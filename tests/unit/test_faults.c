@@ -20,7 +20,8 @@
  *   stats_report_leaves_inherited_fds        fds 3 and 4, open when the
  *       program starts, get no report and hakmem opens no fd 5.
  *   double_free_across_threads               a block freed by one thread and
- *       again by another stops with "double free", whichever thread owns it.
+ *       again by another stops with "double free" (large: "already freed
+ *       large block"), whichever thread owns it.
  *
  * The stats tests and the long value run this program again
  * (/proc/self/exe) with the setting in its environment; the others run the
@@ -409,12 +410,15 @@ static void cross_other_child(void)
 static void test_double_free_across_threads(void **state)
 {
     (void)state;
-    static const size_t sizes[] = { 48, 3000, 40000, 300000 };
+    static const struct { size_t size; const char *words; } cases[] = {
+        { 48, "double free" }, { 3000, "double free" }, { 40000, "double free" },
+        { 300000, "double free" }, { 5000000, "already freed large block" },
+    };
     char err[4096];
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        cross_size = sizes[i];
-        expect_abort(in_child(cross_owner_child, err, sizeof err), err, "double free");
-        expect_abort(in_child(cross_other_child, err, sizeof err), err, "double free");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cross_size = cases[i].size;
+        expect_abort(in_child(cross_owner_child, err, sizeof err), err, cases[i].words);
+        expect_abort(in_child(cross_other_child, err, sizeof err), err, cases[i].words);
     }
 }
 
