@@ -107,7 +107,7 @@ TOTAL_FAIL=0
 # stress tests, the default row and the plain hardened row, run at 8: there
 # each stress test does about the work every row did before the matrix was
 # cut (72 forks against 70, 1024 churned threads against 1000, 24 000 mixed
-# operations per thread against 30 000), for about 35 CPU seconds more per
+# operations per thread against 30 000), for 35 to 40 CPU seconds more per
 # row; the other rows stay at 1.
 #
 # The stress tests and the mechanisms they drive:
