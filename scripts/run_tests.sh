@@ -315,14 +315,16 @@ while read -r build setting tests; do
     env="" rscale="$SCALE"
     [ "$setting" != - ] && env="${setting//,/ }"
     env="${env//'$LOGDIR'/$LOGDIR}"
-    label="$build${env:+ $setting}"
     # The row's own scale: a job setting, not a hakmem one.
     case " $env " in
         *" STRESS_SCALE="*)
             v=" $env "; v="${v#* STRESS_SCALE=}"; v="${v%% *}"
             env=$(tr ' ' '\n' <<<"$env" | grep -v '^STRESS_SCALE=' | paste -sd ' ')
+            setting=$(tr ',' '\n' <<<"$setting" | grep -v '^STRESS_SCALE=' | paste -sd ',')
             [ "$MODE" = test ] && [ -z "$SCALE_FIXED" ] && rscale="$v" ;;
     esac
+    label="$build${env:+ $setting}"
+    [ "$rscale" != "$SCALE" ] && label="$label (STRESS_SCALE=$rscale)"
     row=${#ROW_LABEL[@]}
     ROW_LABEL+=("$label"); ROW_CPU+=(0)
     suffix=""
