@@ -171,6 +171,9 @@ HAK_INTERNAL void hak_stats_alloc_request(size_t size);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
+/* At start-up, with stats on: which file descriptor 2 is (the exit report
+ * goes there only if it still is). */
+HAK_INTERNAL void hak_stats_init(void);
 
 /* Heap profiler (hakmem_profile.c; fast-path part: box/profile_box.h).
  * hak_profile_on: sampling is on (HAKMEM_PROFILE or HAKMEM_PROFILE_LEAKS),

@@ -6,9 +6,11 @@
 #include "hakmem_options.h"
 #include "box/size_class_box.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LARGE_ROW HAK_NUM_CLASSES
@@ -114,8 +116,30 @@ void hak_stats_resize(int64_t delta) {
     add_live(delta);
 }
 
+/* The file descriptor 2 was at start-up.  A program may close stderr and
+ * open a file of its own, which then gets number 2; the exit report goes
+ * out only if descriptor 2 is still the file it was, never into the
+ * program's data. */
+static bool stderr_open;
+static dev_t stderr_dev;
+static ino_t stderr_ino;
+
+void hak_stats_init(void) {
+    struct stat st;
+    int saved = errno;
+    if (fstat(2, &st) == 0) {
+        stderr_open = true;
+        stderr_dev = st.st_dev;
+        stderr_ino = st.st_ino;
+    }
+    errno = saved;
+}
+
 __attribute__((destructor)) static void stats_at_exit(void) {
-    if (!hak_opt.stats || fcntl(2, F_GETFD) < 0) return;     /* stderr closed */
+    if (!hak_opt.stats || !stderr_open) return;
+    struct stat st;
+    if (fstat(2, &st) != 0 || st.st_dev != stderr_dev || st.st_ino != stderr_ino)
+        return;   /* stderr closed, or another file in its place */
     sink_t k = { NULL, 2 };
     print_report(&k);
 }

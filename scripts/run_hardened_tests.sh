@@ -48,14 +48,28 @@ both() {
         check later-double "$size" "double free"
         check interior "$size" "middle of a block"
         check realloc-freed "$size" "not a live block"
+        check realloc-interior "$size" "not a live block"
+        check no-slab "$size" "not a live block"
     done
-    check never-used 48 "never allocated"
+    # never-used: the last block of a 48-byte slab, and the block after the
+    # only one handed out of a 3000- and a 40000-byte slab.  At 300000 the
+    # address after a block lies between blocks and is not caught
+    # (docs/RELIABILITY.md section 12).
+    for size in 48 3000 40000; do
+        check never-used "$size" "never allocated"
+    done
+    # A Tiny SuperSlab's header is a slab header; the first page of an L2 or
+    # L2.5 SuperSlab holds no slab.
     check slab-header 48 "slab header"
-    check no-slab 48 "not a live block"
+    for size in 3000 40000 300000; do
+        check slab-header "$size" "not a live block"
+    done
     check double "$LARGE" "already freed large block"
     check later-double "$LARGE" "already freed large block"
     check interior "$LARGE" "invalid or already freed large block"
     check realloc-freed "$LARGE" "invalid pointer"
+    check realloc-interior "$LARGE" "invalid pointer"
+    check realloc-moved "$LARGE" "realloc(): block already given back to the OS"
     # A slab block whose memory went back: its SuperSlab unmapped (tagged
     # dead), kept mapped with the span retired (no live block there), or
     # the span taken by another class since.

@@ -5,6 +5,7 @@
 #
 #   scripts/run_tests.sh           what `make test` runs: every row of the gate
 #                                  matrix below with its tests, STRESS_SCALE=1
+#                                  (a row's own STRESS_SCALE=N instead)
 #   scripts/run_tests.sh --quick   `make check`: the unit and stress tests once
 #                                  (no setting), STRESS_SCALE=0.5, the real
 #                                  programs with libhakmem.so
@@ -29,7 +30,7 @@
 # end.  A failed entry prints the end of its log.
 #
 # STRESS_SCALE (tests/stress/stress_common.h) sizes the stress tests; a value
-# in the environment wins over the mode's.  MATRIX=0 runs only the first row
+# in the environment wins over the mode's and over the rows' own.  MATRIX=0 runs only the first row
 # (no setting).  MATRIX_ROWS=REGEX runs only the rows whose build and setting
 # match (e.g. MATRIX_ROWS=PURGE, MATRIX_ROWS='^hardened'), without the apps.
 # TEST_START=EPOCH (set by `make test`) is when the elapsed time starts.
@@ -37,7 +38,7 @@
 # what it sets.
 #
 # The matrix is checked before anything runs: every option of the options
-# table (the { "HAKMEM_...", &hak_opt... } rows of core/hakmem_options.c) must
+# table (the "HAKMEM_..." names in options[] of core/hakmem_options.c) must
 # have a row here, and every HAKMEM_* name a row sets must be in that table;
 # each miss counts as a failure.  So does a run in which hakmem rejected the
 # row's setting (its "is outside" / "is not one of" / "unknown setting" line).
@@ -55,13 +56,17 @@ case "${1:-}" in
     --soak) MODE=soak ;;
     *) echo "usage: $0 [--quick|--soak]" >&2; exit 2 ;;
 esac
+SCALE_FIXED="${STRESS_SCALE:+1}"   # set by the caller: it wins over a row's
 case "$MODE" in
     quick) SCALE="${STRESS_SCALE:-0.5}" ;;
     soak)  SCALE="${STRESS_SCALE:-16}" ;;
     *)     SCALE="${STRESS_SCALE:-1}" ;;
 esac
 export STRESS_SCALE="$SCALE"
-TMO="${TEST_TIMEOUT:-$(awk -v s="$SCALE" 'BEGIN { t = 300 * s; if (t < 300) t = 300; printf "%d", t }')}"
+timeout_for() {   # SCALE -> seconds a binary may run
+    echo "${TEST_TIMEOUT:-$(awk -v s="$1" 'BEGIN { t = 300 * s; if (t < 300) t = 300; printf "%d", t }')}"
+}
+TMO=$(timeout_for "$SCALE")
 JOBS="${TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 [ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=2
 export CMOCKA_MESSAGE_OUTPUT=stdout   # the format parsed below
@@ -97,6 +102,15 @@ TOTAL_FAIL=0
 # test_NAME_B of that program (STRESS_TESTS, stress_common.h).  `make soak`
 # runs every test in every row.
 #
+# STRESS_SCALE=N among a row's settings (it is not a HAKMEM_ setting) is
+# that row's scale in `make test`, in place of 1; --quick and --soak, and a
+# STRESS_SCALE from the caller, ignore it.  The two rows that run the most
+# stress tests, the default row and the plain hardened row, run at 8: there
+# each stress test does about the work every row did before the matrix was
+# cut (72 forks against 70, 1024 churned threads against 1000, 24 000 mixed
+# operations per thread against 30 000), for 35 to 40 CPU seconds more per
+# row; the other rows stay at 1.
+#
 # The stress tests and the mechanisms they drive:
 #   tiers         SuperSlab tiers HOT -> DRAINING -> FREE, give-back, trim
 #   remote_free   remote frees under contention; remotely freed memory reused
@@ -114,12 +128,21 @@ TOTAL_FAIL=0
 #   oom           out of memory in every tier through every entry point;
 #                 oom:core is its tests of the tiers themselves (each tier
 #                 filled until NULL and refilled, memory freed by one tier
-#                 serving another, a thread's first allocation); the other
-#                 entry points differ only above the tiers, in code that no
-#                 setting and not the hardened build changes
+#                 serving another, a thread's first allocation); the aligned
+#                 calls, valloc, pvalloc and huge requests differ from malloc
+#                 only above the tiers, in code that no setting and not the
+#                 hardened build changes.  realloc, reallocarray, realloc_grow
+#                 and calloc do differ in the hardened build: the ranges a
+#                 large block is moved out of (realloc growing it, calloc
+#                 gathering cached pieces: move_range, core/hakmem_large.c)
+#                 stay reserved as dead space (hak_os_retire_moved), which
+#                 running out of memory must give back (hak_os_release_dead)
 #
 # Why each setting runs what it runs (it changes the code these drive):
-#   none           everything; the hardened build: everything (OOM: the tiers)
+#   none           everything, at STRESS_SCALE=8; the hardened build:
+#                  everything at 8 (OOM: the tiers and the entry points
+#                  that move large blocks: realloc, reallocarray,
+#                  realloc_grow, calloc)
 #   VERBOSE=1      prints the settings at start-up: the unit tests
 #   STATS=1        every call takes a slow path that counts it, and a thread
 #                  reaches its heap through its owner pointer: everything
@@ -143,8 +166,10 @@ TOTAL_FAIL=0
 #                  metadata of its own (held across fork, mapped as memory
 #                  runs out, large blocks registered as they grow): everything
 #   hardened, radix           the hardened free-path check through the radix
-#                  lookup, its locks across fork: everything but OOM (the
-#                  radix row and the hardened row have that)
+#                  lookup, its locks across fork: everything; of OOM only
+#                  realloc_grow (large blocks registered in the radix table
+#                  as they grow and move, their old ranges retired as dead
+#                  space); the radix row and the hardened row have the rest
 #   PROFILE=path   sampled blocks live in the profiler's own heap and their
 #                  free goes through the chunk map's cold path; the fast
 #                  paths count down to each sample: every tier, remote frees
@@ -165,10 +190,11 @@ TOTAL_FAIL=0
 # A setting with no row fails the run.  A new row costs about 10 CPU seconds
 # for the unit tests plus 3-15 per stress test (40 for all of test_oom, 15 for
 # oom:core); the seconds of every row are printed at the end.  `make test`
-# must stay under 10 minutes on 2 CPUs.
+# must stay under 10 minutes on 2 CPUs (the budget: docs/RELIABILITY.md,
+# "The test-time budget").
 MATRIX_SETTINGS='
 # build    setting                          stress tests
-default    -                                all
+default    STRESS_SCALE=8                   all
 default    HAKMEM_VERBOSE=1                 -
 default    HAKMEM_STATS=1                   tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core
 default    HAKMEM_BATCH_TIER_SIZE=1         tiers remote_free mt_stress thread_exit oom:core
@@ -180,13 +206,13 @@ default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_e
 default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
 default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
-hardened   -                                tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
+hardened   STRESS_SCALE=8                   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core,realloc,reallocarray,realloc_grow,calloc
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free
 default    HAKMEM_PROFILE_LEAKS=1           thread_exit fork
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_UNWINDER=libgcc   remote_free thread_churn
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_SIGNAL=12   -
-hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork
+hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:realloc_grow
 hardened   HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free fork
 '
 
@@ -221,9 +247,12 @@ fail_setup() {   # MESSAGE: a problem of the matrix itself, one failure
 OPTIONS_FILE=core/hakmem_options.c
 OPTIONS=()
 if [ -f "$OPTIONS_FILE" ]; then
-    mapfile -t OPTIONS < <(sed -n 's/^ *{ *"\(HAKMEM_[A-Z0-9_]*\)", *\(&hak_opt\|NULL\).*/\1/p' "$OPTIONS_FILE" | sort -u)
+    # Every quoted HAKMEM_ name between "options[] = {" and its "};", however
+    # an entry is laid out over lines.
+    mapfile -t OPTIONS < <(sed -n '/options\[\] *= *{/,/^ *};/p' "$OPTIONS_FILE" |
+                           grep -o '"HAKMEM_[A-Z0-9_]*"' | tr -d '"' | sort -u)
 fi
-[ "${#OPTIONS[@]}" -eq 0 ] && fail_setup "gate matrix: no options found in $OPTIONS_FILE (its { \"HAKMEM_...\", &hak_opt... } rows)"
+[ "${#OPTIONS[@]}" -eq 0 ] && fail_setup "gate matrix: no options found in $OPTIONS_FILE (the \"HAKMEM_...\" names of its options[] table)"
 ROW_NAMES=$(echo "$MATRIX_SETTINGS" | grep -v '^ *#' | awk 'NF >= 2 { print $2 }' | tr ',' '\n' |
             sed -n 's/^\(HAKMEM_[A-Z0-9_]*\)=.*/\1/p' | sort -u)
 for o in "${OPTIONS[@]}"; do
@@ -237,11 +266,12 @@ done
 
 # ---- the job list ----------------------------------------------------------------
 # Job i: J_NAME[i] (the entry's name), J_KIND[i] (bin, apps, hardened),
-# J_BIN[i], J_ENV[i] (space-separated VAR=VALUE), J_ROW[i] (index of its row).
-J_NAME=() J_KIND=() J_BIN=() J_ENV=() J_ROW=()
+# J_BIN[i], J_ENV[i] (space-separated VAR=VALUE), J_ROW[i] (index of its row),
+# J_TMO[i] (its timeout in seconds).
+J_NAME=() J_KIND=() J_BIN=() J_ENV=() J_ROW=() J_TMO=()
 ROW_LABEL=() ROW_CPU=()
-add_job() {   # NAME KIND BIN ENV ROW
-    J_NAME+=("$1"); J_KIND+=("$2"); J_BIN+=("$3"); J_ENV+=("$4"); J_ROW+=("$5")
+add_job() {   # NAME KIND BIN ENV ROW [TIMEOUT]
+    J_NAME+=("$1"); J_KIND+=("$2"); J_BIN+=("$3"); J_ENV+=("$4"); J_ROW+=("$5"); J_TMO+=("${6:-$TMO}")
 }
 
 # The real programs first: they run on one CPU for a minute or two, beside
@@ -283,15 +313,26 @@ while read -r build setting tests; do
         hardened) dir=build/tests-hardened ;;
         *) fail_setup "gate matrix: row '$build $setting': the build is default or hardened"; continue ;;
     esac
-    env=""
+    env="" rscale="$SCALE"
     [ "$setting" != - ] && env="${setting//,/ }"
     env="${env//'$LOGDIR'/$LOGDIR}"
+    # The row's own scale: a job setting, not a hakmem one.
+    case " $env " in
+        *" STRESS_SCALE="*)
+            v=" $env "; v="${v#* STRESS_SCALE=}"; v="${v%% *}"
+            env=$(tr ' ' '\n' <<<"$env" | grep -v '^STRESS_SCALE=' | paste -sd ' ')
+            setting=$(tr ',' '\n' <<<"$setting" | grep -v '^STRESS_SCALE=' | paste -sd ',')
+            [ "$MODE" = test ] && [ -z "$SCALE_FIXED" ] && rscale="$v" ;;
+    esac
     label="$build${env:+ $setting}"
+    [ "$rscale" != "$SCALE" ] && label="$label (STRESS_SCALE=$rscale)"
     row=${#ROW_LABEL[@]}
     ROW_LABEL+=("$label"); ROW_CPU+=(0)
     suffix=""
     [ "$build" = hardened ] && suffix=" [hardened]"
     [ -n "$env" ] && suffix="$suffix [${env}]"
+    rtmo=$(timeout_for "$rscale")
+    [ "$rscale" != "$SCALE" ] && suffix="$suffix [STRESS_SCALE=$rscale]"
     # The stress tests of the row: "all", "-", or names (NAME or NAME:SUBSET).
     [ -z "$tests" ] && { fail_setup "gate matrix: row '$label' names no tests ('-' for the unit tests alone)"; continue; }
     [ "$MODE" = soak ] && tests=all
@@ -313,16 +354,16 @@ while read -r build setting tests; do
             fail_setup "gate matrix: row '$label' names stress/test_$name, which was not built"
             continue
         fi
-        jenv="$env"
+        jenv="${env:+$env }STRESS_SCALE=$rscale"
         if [ -n "$sub" ]; then
-            jenv="${jenv:+$jenv }STRESS_TESTS=$(subset_tests "$name" "$sub")"
-            add_job "stress/test_$name:$sub$suffix" bin "$dir/stress/test_$name" "$jenv" "$row"
+            jenv="$jenv STRESS_TESTS=$(subset_tests "$name" "$sub")"
+            add_job "stress/test_$name:$sub$suffix" bin "$dir/stress/test_$name" "$jenv" "$row" "$rtmo"
         else
-            add_job "stress/test_$name$suffix" bin "$dir/stress/test_$name" "$jenv" "$row"
+            add_job "stress/test_$name$suffix" bin "$dir/stress/test_$name" "$jenv" "$row" "$rtmo"
         fi
     done
     for u in "${UNIT[@]}"; do
-        add_job "unit/$u$suffix" bin "$dir/unit/$u" "$env" "$row"
+        add_job "unit/$u$suffix" bin "$dir/unit/$u" "$env" "$row" "$TMO"
     done
 done <<<"$MATRIX_SETTINGS"
 
@@ -338,7 +379,7 @@ run_job() {   # INDEX
     case "${J_KIND[$i]}" in
         bin)
             read -ra envs <<<"${J_ENV[$i]}"
-            timeout -k 10 "$TMO" env "${envs[@]}" "${J_BIN[$i]}" >"$log" 2>&1 ;;
+            timeout -k 10 "${J_TMO[$i]}" env "${envs[@]}" "${J_BIN[$i]}" >"$log" 2>&1 ;;
         apps)
             read -ra envs <<<"${J_ENV[$i]}"      # here: the libraries
             "${J_BIN[$i]}" "${envs[@]}" >"$log" 2>"$LOGDIR/$i.err" ;;
@@ -354,9 +395,9 @@ run_job() {   # INDEX
     mv "$LOGDIR/$i.tmp" "$LOGDIR/$i.res"
 }
 
-describe_rc() {
+describe_rc() {   # RC TIMEOUT
     local rc=$1
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "timed out after ${TMO}s"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "timed out after ${2}s"
     elif [ "$rc" -gt 128 ]; then echo "killed by signal $((rc - 128))$( [ $((rc - 128)) -eq 6 ] && echo ' (abort)'; [ $((rc - 128)) -eq 11 ] && echo ' (segfault)')"
     else echo "exit status $rc"; fi
 }
@@ -381,7 +422,7 @@ report_bin() {   # INDEX RC SECS CPU
         [ "$extra" -lt 1 ] && [ "$failed" -eq 0 ] && extra=1
         [ "$extra" -lt 0 ] && extra=0
         failed=$((failed + extra))
-        note=" - $(describe_rc "$rc")"
+        note=" - $(describe_rc "$rc" "${J_TMO[$i]}")"
     elif [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
         passed=1   # not a cmocka program (or no summary): judged by its exit status
     fi
@@ -449,7 +490,7 @@ report_ready() {   # print the finished jobs, in order, up to the first unfinish
     done
 }
 
-echo "run_tests: $MODE, ${#J_NAME[@]} runs, $JOBS at a time, STRESS_SCALE=$SCALE, timeout ${TMO}s each"
+echo "run_tests: $MODE, ${#J_NAME[@]} runs, $JOBS at a time, STRESS_SCALE=$SCALE (rows may set their own), timeout ${TMO}s each (longer in a row of a larger scale)"
 for i in "${!J_NAME[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
         wait -n

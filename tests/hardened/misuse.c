@@ -20,7 +20,9 @@ static void say(const void *p) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|uaf-write|never-used|given-back|moved-double|corrupt-link|slab-header|no-slab SIZE\n");
+        fprintf(stderr, "usage: misuse double|later-double|interior|realloc-freed|realloc-interior|"
+                        "realloc-moved|uaf-write|never-used|given-back|moved-double|corrupt-link|"
+                        "slab-header|no-slab SIZE\n");
         return 2;
     }
     const char *what = argv[1];
@@ -47,6 +49,21 @@ int main(int argc, char **argv) {
         free(p);
         say(p);
         sink = realloc(p, n);
+    } else if (strcmp(what, "realloc-interior") == 0) { /* realloc into the middle of a block */
+        char *p = malloc(n);
+        say(p + 16);
+        sink = realloc(p + 16, n);
+    } else if (strcmp(what, "realloc-moved") == 0) { /* realloc of the old pointer of a moved block */
+        for (int i = 0; i < 16; i++) {
+            char *p = malloc(n);
+            sink = malloc(n);                       /* right after p: p cannot grow in place */
+            char *q = realloc(p, 8 * n);
+            if (q != p) {
+                say(p);
+                sink = realloc(p, n);
+                break;
+            }
+        }
     } else if (strcmp(what, "uaf-write") == 0) {     /* a write into a freed block */
         char *p = malloc(n);
         free(p);
@@ -55,10 +72,15 @@ int main(int argc, char **argv) {
         sink = malloc(n);
     } else if (strcmp(what, "never-used") == 0) {    /* a block its slab never gave out */
         char *p = malloc(n);
-        uintptr_t page_end = ((uintptr_t)p | 0xffff) + 1;      /* Tiny slabs: one 64 KiB page */
-        char *last = p + ((page_end - (uintptr_t)p) / n - 1) * n;
-        say(last);
-        free(last);
+        char *target;
+        if (n == 48) {                              /* Tiny slabs: one 64 KiB page */
+            uintptr_t page_end = ((uintptr_t)p | 0xffff) + 1;
+            target = p + ((page_end - (uintptr_t)p) / n - 1) * n;
+        } else {                                    /* the block after the only one handed out */
+            target = p + malloc_usable_size(p);
+        }
+        say(target);
+        free(target);
     } else if (strcmp(what, "given-back") == 0) {    /* its memory went back to the OS */
         void *a[256];
         int count = n >= 1024 * 1024 ? 8 : 256;     /* large: all fit the cache */

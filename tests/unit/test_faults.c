@@ -15,13 +15,19 @@
  *   free_into_retired_span                   a double free of a block whose
  *       multi-page slab was retired and its pages reused, and a realloc into
  *       a page with no slab, stop with a message.
+ *   stats_report_not_into_new_fd2            a program that closes stderr
+ *       and opens a file of its own, which gets fd 2, finds no report there.
+ *   stats_report_leaves_inherited_fds        fds 3 and 4, open when the
+ *       program starts, get no report and hakmem opens no fd 5.
  *   double_free_across_threads               a block freed by one thread and
- *       again by another stops with "double free", whichever thread owns it.
+ *       again by another stops with "double free" (large: "already freed
+ *       large block"), whichever thread owns it.
  *
- * The first two run this program again (/proc/self/exe) with the setting in
- * its environment; the others run the misuse in a forked child and expect
- * SIGABRT with one "hakmem:" line.  Under the sanitizers (-DHAK_TEST_HAK_ONLY:
- * malloc & co. are the sanitizer's) the blocks come from the hak_* names,
+ * The stats tests and the long value run this program again
+ * (/proc/self/exe) with the setting in its environment; the others run the
+ * misuse in a forked child and expect SIGABRT with one "hakmem:" line.
+ * Under the sanitizers (-DHAK_TEST_HAK_ONLY: malloc & co. are the
+ * sanitizer's) the blocks come from the hak_* names,
  * and the tests of the process's descriptors and address-space limit, which
  * the sanitizer's own runtime would disturb, are left out. */
 #include <errno.h>
@@ -72,9 +78,11 @@ static int collect(pid_t pid, int fds[2], char *err, size_t errlen)
 }
 
 /* Run /proc/self/exe ROLE ARG with NAME=VALUE added to the environment;
- * its stderr into err (NUL-terminated).  Returns the wait status. */
+ * its stderr into err (NUL-terminated), and the files of inherit (a NULL-
+ * terminated list, or NULL) open for writing as its fds 3, 4, ...; no other
+ * descriptor above 2.  Returns the wait status. */
 static int rerun(const char *role, const char *arg, const char *name, const char *value,
-                 char *err, size_t errlen)
+                 const char *const *inherit, char *err, size_t errlen)
 {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
@@ -82,8 +90,9 @@ static int rerun(const char *role, const char *arg, const char *name, const char
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(fds[1], 2);
-        close(fds[0]);
-        close(fds[1]);
+        for (int fd = 3; fd < 64; fd++) close(fd);
+        for (int i = 0; inherit != NULL && inherit[i] != NULL; i++)
+            if (open(inherit[i], O_WRONLY | O_APPEND) != 3 + i) _exit(126);
         setenv(name, value, 1);
         execl("/proc/self/exe", "test_faults", role, arg, (char *)NULL);
         _exit(127);
@@ -145,7 +154,7 @@ static void test_stats_report_keeps_out_of_program_fds(void **state)
     assert_true(fd >= 0);
     close(fd);
     char err[8192];
-    int status = rerun("stats-child", path, "HAKMEM_STATS", "1", err, sizeof err);
+    int status = rerun("stats-child", path, "HAKMEM_STATS", "1", NULL, err, sizeof err);
     char buf[256] = "";
     fd = open(path, O_RDONLY);
     ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -156,6 +165,79 @@ static void test_stats_report_keeps_out_of_program_fds(void **state)
     assert_int_equal(n, 8);
     assert_memory_equal(buf, "payload\n", 8);
     assert_non_null(strstr(err, "hakmem stats"));      /* the report went to stderr */
+}
+
+/* Child: close stderr and open the file, which gets fd 2; write, exit. */
+static int stats_reuse_child(const char *path)
+{
+    free(malloc(100));
+    close(2);
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    if (fd != 2) return 3;
+    if (write(2, "payload\n", 8) != 8) return 4;
+    return 0;
+}
+
+static char *temp_file(char *path)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    return path;
+}
+
+/* The whole file (at most size - 1 bytes), NUL-terminated; its length. */
+static ssize_t slurp(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    buf[n < 0 ? 0 : n] = '\0';
+    return n;
+}
+
+static void test_stats_report_not_into_new_fd2(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/hakmem-test-faults-XXXXXX";
+    temp_file(path);
+    char err[8192], buf[4096];
+    int status = rerun("stats-reuse-child", path, "HAKMEM_STATS", "1", NULL, err, sizeof err);
+    ssize_t n = slurp(path, buf, sizeof buf);
+    unlink(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child status 0x%x (exit 3: the file did not get fd 2); stderr: %s", status, err);
+    if (n != 8 || memcmp(buf, "payload\n", 8) != 0) fail_msg("the program's file holds: %s", buf);
+    assert_null(strstr(err, "hakmem stats"));
+}
+
+/* Child: fds 3 and 4 inherited open, nothing above. */
+static int stats_inherit_child(void)
+{
+    if (fcntl(3, F_GETFD) == -1 || fcntl(4, F_GETFD) == -1) return 3;
+    free(malloc(100));
+    if (fcntl(5, F_GETFD) != -1) return 5;
+    return 0;
+}
+
+static void test_stats_report_leaves_inherited_fds(void **state)
+{
+    (void)state;
+    char p3[] = "/tmp/hakmem-test-faults-XXXXXX", p4[] = "/tmp/hakmem-test-faults-XXXXXX";
+    const char *const inherit[] = { temp_file(p3), temp_file(p4), NULL };
+    char err[8192], buf[4096];
+    int status = rerun("stats-inherit-child", "", "HAKMEM_STATS", "1", inherit, err, sizeof err);
+    ssize_t n3 = slurp(p3, buf, sizeof buf);
+    ssize_t n4 = slurp(p4, buf, sizeof buf);
+    unlink(p3);
+    unlink(p4);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child status 0x%x (exit 3: fds 3-4 not inherited, 5: hakmem opened fd 5); "
+                 "stderr: %s", status, err);
+    assert_int_equal(n3, 0);
+    assert_int_equal(n4, 0);
+    assert_non_null(strstr(err, "hakmem stats"));
 }
 
 #endif
@@ -169,7 +251,7 @@ static void test_long_setting_value_is_one_line(void **state)
     memset(value, '9', 400);
     value[400] = '\0';
     char err[4096];
-    int status = rerun("quiet-child", "", "HAKMEM_BATCH_TIER_SIZE", value, err, sizeof err);
+    int status = rerun("quiet-child", "", "HAKMEM_BATCH_TIER_SIZE", value, NULL, err, sizeof err);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char *line = strstr(err, "hakmem: HAKMEM_BATCH_TIER_SIZE=");
     if (line == NULL) fail_msg("no warning: %s", err);
@@ -328,12 +410,15 @@ static void cross_other_child(void)
 static void test_double_free_across_threads(void **state)
 {
     (void)state;
-    static const size_t sizes[] = { 48, 3000, 40000, 300000 };
+    static const struct { size_t size; const char *words; } cases[] = {
+        { 48, "double free" }, { 3000, "double free" }, { 40000, "double free" },
+        { 300000, "double free" }, { 5000000, "already freed large block" },
+    };
     char err[4096];
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        cross_size = sizes[i];
-        expect_abort(in_child(cross_owner_child, err, sizeof err), err, "double free");
-        expect_abort(in_child(cross_other_child, err, sizeof err), err, "double free");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cross_size = cases[i].size;
+        expect_abort(in_child(cross_owner_child, err, sizeof err), err, cases[i].words);
+        expect_abort(in_child(cross_other_child, err, sizeof err), err, cases[i].words);
     }
 }
 
@@ -341,6 +426,8 @@ int main(int argc, char **argv)
 {
 #ifndef HAK_TEST_HAK_ONLY
     if (argc >= 2 && strcmp(argv[1], "stats-child") == 0) return stats_child(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "stats-reuse-child") == 0) return stats_reuse_child(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "stats-inherit-child") == 0) return stats_inherit_child();
 #endif
     if (argc >= 2 && strcmp(argv[1], "quiet-child") == 0) {
         FREE(MALLOC(10));
@@ -349,6 +436,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
 #ifndef HAK_TEST_HAK_ONLY
         cmocka_unit_test(test_stats_report_keeps_out_of_program_fds),
+        cmocka_unit_test(test_stats_report_not_into_new_fd2),
+        cmocka_unit_test(test_stats_report_leaves_inherited_fds),
         cmocka_unit_test(test_freed_space_mappable_under_rlimit_as),
 #endif
         cmocka_unit_test(test_long_setting_value_is_one_line),

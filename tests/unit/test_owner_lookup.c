@@ -356,6 +356,27 @@ static void test_mixed_names(void **state)
     }
 }
 
+/* A pointer inside a live block that is not its start has no usable size
+ * (0), in every tier; the block itself is untouched. */
+static void test_usable_size_not_block_start(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 48, 3000, 40000, 300000, 5000000 };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char *p = hak_malloc(sizes[i]);
+        assert_non_null(p);
+        size_t u = hak_usable_size(p);
+        assert_true(u >= sizes[i]);
+        if (hak_usable_size(p + 16) != 0)
+            fail_msg("hak_usable_size(p + 16) of a %zu-byte block: %zu", sizes[i], hak_usable_size(p + 16));
+        if (HAK_STD_NAMES && malloc_usable_size(p + 16) != 0)
+            fail_msg("malloc_usable_size(p + 16) of a %zu-byte block: %zu", sizes[i],
+                     malloc_usable_size(p + 16));
+        assert_int_equal(hak_usable_size(p), u);
+        hak_free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_free_libc_blocks),
         cmocka_unit_test(test_realloc_libc_blocks),
         cmocka_unit_test(test_usable_size_libc_blocks),
+        cmocka_unit_test(test_usable_size_not_block_start),
         cmocka_unit_test(test_every_tier_recognised),
         cmocka_unit_test(test_realloc_across_tiers_recognised),
         cmocka_unit_test(test_other_thread_blocks_recognised),
