@@ -190,8 +190,15 @@ static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
     purge_kick_due(h);
 }
 
+/* A block of the 32-byte cache's slabs comes here too: their ring is the
+ * empty ring (capacity 0), so the fast path needs no test of its own for
+ * them (one would cost every L2 free).  The explicit branch is here. */
 static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
-    hak_pool_free_ring_full(h, r, p);
+    if (r == &hak_empty_ring && hak_c2_cache_block(hak_slab_of(p))) {
+        if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
+    } else {
+        hak_pool_free_ring_full(h, r, p);
+    }
     purge_kick_due(h);
 }
 
@@ -238,7 +245,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         }
         if (s->tier == HAK_TIER_TINY) {
             if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
-        } else if (s->tier == HAK_TIER_TINY_C2) {
+        } else if (hak_c2_cache_block(s)) {
             if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
         } else if (!hak_pool_free(s->ring, p)) {
             hak_pool_free_ring_full(h, s->ring, p);
@@ -263,7 +270,8 @@ void hak_free(void *p) {
             return;
         }
         if (hak_likely(s->owner == h)) {
-            /* the 32-byte cache's blocks too: their ring is the empty ring */
+            /* the 32-byte cache's blocks too: their ring is the empty ring,
+             * which is always full; free_ring_full sends them to the cache */
             if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
