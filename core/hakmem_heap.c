@@ -22,9 +22,8 @@ __thread hak_heap_t *hak_tls_heap = &hak_empty_heap;   /* what the fast paths us
 __thread hak_heap_t *hak_tls_owner;                     /* the thread's own heap   */
 static __thread bool tls_thread_done;   /* heap already abandoned at exit */
 
-/* The sentinels: every queue of the empty heap points at the empty slab, so
+/* The sentinel: every queue of the empty heap points at the empty slab, so
  * a thread's first malloc falls into the slow path with no extra test. */
-hak_slab_t hak_empty_slab;
 hak_heap_t hak_empty_heap = {
     .queue_head = { [0 ... HAK_NUM_CLASSES] = &hak_empty_slab },
     .ring = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_ring },

@@ -14,6 +14,10 @@
 #include "box/size_class_box.h"
 #include "box/slab_push_box.h"
 
+/* The head of every empty class queue: no free block, so a pop from it
+ * takes the slow path with no extra test. */
+hak_slab_t hak_empty_slab;
+
 /* ---- the class queue: slabs that may still hand out blocks -------------- */
 static void queue_push_head(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
     hak_slab_t *head = h->queue_head[cls];
