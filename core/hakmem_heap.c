@@ -14,6 +14,7 @@
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
+#include "hakmem_remote.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -206,8 +207,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
     for (; n != 0; n--) {
         if (!reclaim_lock(how)) return false;
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
-        while (b != NULL && (how & HAK_RECLAIM_NOTIFIED) &&
-               atomic_load_explicit(&b->notify, memory_order_seq_cst) == NULL) {
+        while (b != NULL && (how & HAK_RECLAIM_NOTIFIED) && !hak_remote_notified(b)) {
             prev = b;
             b = b->next_free;
         }
