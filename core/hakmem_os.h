@@ -3,7 +3,7 @@
  * memory, asks for random bytes or looks up symbols; porting hakmem means
  * writing this file again.
  *
- * Contract, for every function below:
+ * Contract, for every function below except those marked ALLOCATES:
  *   - it never calls malloc or any other hakmem function, so it may be
  *     called with any hakmem lock held and before hakmem is initialised;
  *   - it leaves errno as it found it (failure is in the return value);
@@ -73,7 +73,10 @@ HAK_OS_INTERNAL long  hak_os_thread_count(void);
 /* A random word: from the OS, or from the clock when it has none to give. */
 HAK_OS_INTERNAL uintptr_t hak_os_random_word(void);
 
-/* ---- symbols ------------------------------------------------------------------- */
+/* ---- symbols ------------------------------------------------------------------- *
+ * ALLOCATES, all four: dlsym, dlopen and dladdr may call malloc (hakmem
+ * again: call them with no hakmem lock held) and may change errno (a
+ * caller that must keep it saves it). */
 /* The next definition of `name` after hakmem's (libc's malloc_usable_size). */
 HAK_OS_INTERNAL void *hak_os_next_symbol(const char *name);
 /* A shared library loaded privately (its symbols do not replace any), and
