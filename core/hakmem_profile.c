@@ -58,7 +58,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -1186,6 +1185,8 @@ static void out_str(out_t *o, const char *s, size_t len) {
     }
 }
 
+static void out_sink(void *o, const char *s, size_t len) { out_str(o, s, len); }
+
 static void out_fmt(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out_fmt(out_t *o, const char *fmt, ...) {
     char line[512];
@@ -1252,13 +1253,7 @@ static void write_heap_profile(out_t *o, snapshot_t *sn) {
     }
     static const char maps_hdr[] = "\nMAPPED_LIBRARIES:\n";
     out_str(o, maps_hdr, sizeof maps_hdr - 1);
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        char buf[4096];
-        ssize_t r;
-        while ((r = read(fd, buf, sizeof buf)) > 0) out_str(o, buf, (size_t)r);
-        close(fd);
-    }
+    hak_os_mappings_text(out_sink, o);
 }
 
 /* Per stack: estimated live bytes and blocks, and samples.  sn->rec sorted. */
@@ -1503,16 +1498,7 @@ __attribute__((constructor)) static void profile_start(void) {
      * use and count on (the first open() of the program still gets 3). */
     int filler[HIGH_FD_FLOOR];
     int nfill = 0;
-    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
-        struct rlimit rl;
-        int floor = HIGH_FD_FLOOR;
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)floor + 64)
-            floor = rl.rlim_cur > 128 ? (int)rl.rlim_cur - 64 : 0;
-        for (int fd; nfill < floor && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
-            filler[nfill++] = fd;
-            if (fd >= floor) break;
-        }
-    }
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) nfill = hak_os_take_low_fds(filler, HIGH_FD_FLOOR);
     /* An unwinder's first use may allocate: a walk now, through this
      * thread's heap, whose countdown stops meanwhile. */
     hak_heap_t *h = hak_heap_for_thread();
@@ -1524,15 +1510,10 @@ __attribute__((constructor)) static void profile_start(void) {
         if (h->prof != NULL) take_stack(h->prof, pc, NULL);
         h->sample_left = left;
     }
-    while (nfill > 0) close(filler[--nfill]);
+    hak_os_close_fds(filler, nfill);
     int sig = hak_opt.profile_signal;
     if (sig != 0 && hak_opt.profile[0] != '\0') {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sa.sa_flags = SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(sig, &sa, NULL) != 0) {
+        if (!hak_os_catch_signal(sig, on_signal)) {
             char line[96];
             snprintf(line, sizeof line, "hakmem: HAKMEM_PROFILE_SIGNAL=%d cannot be caught; ignored\n",
                      sig);

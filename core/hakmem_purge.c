@@ -54,8 +54,6 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
-#include <pthread.h>
-#include <signal.h>
 
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
@@ -153,18 +151,7 @@ static void *purger_main(void *arg) {
 }
 
 static bool purger_start(void) {
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0) return false;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, (size_t)64 << 10);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);    /* the thread inherits it */
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, purger_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    return rc == 0;
+    return hak_os_thread_start(purger_main, NULL, (size_t)64 << 10);
 }
 
 /* Something was stamped: make sure someone will give it back.  Called with
