@@ -103,7 +103,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_hea
 }
 
 HAK_ALLOC_PATH void *hak_malloc(size_t size) {
-    hak_heap_t *h = hak_tls_heap;
+    hak_heap_t *h = hak_tls_fast_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) {
         void *p = hak_tiny_alloc(h, size);
         if (hak_likely(p != NULL)) return p;
@@ -237,7 +237,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     }
     if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
-        hak_heap_t *h = hak_tls_owner;
+        hak_heap_t *h = hak_tls_own_heap;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) {
             if (hak_remote_free(s, p)) hak_purge_kick();
@@ -264,7 +264,7 @@ void hak_free(void *p) {
             return;
         }
         hak_slab_t *s = hak_page_desc_of(p);
-        hak_heap_t *h = hak_tls_heap;
+        hak_heap_t *h = hak_tls_fast_heap;
         if (hak_likely(s->tiny_owner == h)) {
             if (hak_unlikely(hak_slab_push(s, p))) free_slab_slow(h, s);
             return;

@@ -19,8 +19,8 @@ HAK_INTERNAL void hak_chunk_map_select(bool radix);
 extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
 extern hak_ring_t hak_empty_ring;
-extern __thread hak_heap_t *hak_tls_heap;
-extern __thread hak_heap_t *hak_tls_owner;
+extern __thread hak_heap_t *hak_tls_fast_heap;
+extern __thread hak_heap_t *hak_tls_own_heap;
 
 /* start-up (hakmem_init.c).  Lazy: the API starts hakmem before it first
  * calls down (a thread's first heap, the first large mapping; the

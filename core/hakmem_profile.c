@@ -880,10 +880,10 @@ static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, s
 
 /* The countdown of the thread's heap went negative on a request of `size`
  * (at most 1 MiB), or the heap has not started sampling yet.  The heap is
- * hak_tls_owner (the fast paths count on it, or on the empty heap, which
+ * hak_tls_own_heap (the fast paths count on it, or on the empty heap, which
  * never gets here), fetched here so the fast path keeps no register for it. */
 HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h->sample_left;
     if (!h->prof_ready) left = heap_start(h) - (int64_t)size;
     h->sample_left = INT64_MAX;       /* nothing below is sampled */
@@ -908,7 +908,7 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
  * the thread has none: a thread that only makes large blocks is sampled
  * too). */
 bool hak_profile_large_due(size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     if (h == NULL && (h = hak_heap_for_thread()) == NULL) return false;
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
@@ -922,7 +922,7 @@ static prof_tab_t large_rec;
 
 /* A sampled large block: its own mapping already; only a record. */
 HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     struct hak_prof *pl = h->prof;
     int64_t left = h->sample_left;
     h->sample_left = INT64_MAX;
@@ -1525,7 +1525,7 @@ __attribute__((constructor)) static void profile_start(void) {
 
 __attribute__((destructor)) static void profile_at_exit(void) {
     if (!hak_profile_on) return;
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h != NULL ? h->sample_left : 0;
     if (h != NULL) h->sample_left = INT64_MAX;
     hak_lock(&dump_lock);

@@ -196,7 +196,7 @@ void hak_purge_wake(void) {
 /* malloc_trim: everything free goes back now, from every heap. */
 bool hak_purge_everything(void) {
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
-    hak_heap_t *me = hak_tls_owner;
+    hak_heap_t *me = hak_tls_own_heap;
     if (me != NULL) {
         hak_heap_trim_self(me);
         me->purge_pending = 0;     /* all of it goes back below: no purger needed */
@@ -254,6 +254,6 @@ void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
-    if (had && hak_tls_owner != NULL) hak_tls_owner->purge_pending = HAK_PURGE_KICK_MIN;
+    if (had && hak_tls_own_heap != NULL) hak_tls_own_heap->purge_pending = HAK_PURGE_KICK_MIN;
     hak_unlock(&purge_lock);
 }
