@@ -89,7 +89,7 @@ static hak_heap_t *heap_new(void) {
     if (h == NULL) return NULL;
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->queue_head[c] = &hak_empty_slab;
-        h->state_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
+        h->state_countdown[c] = (uint16_t)hak_opt.batch_state_check;
     }
     hak_c2_heap_init(h);
     hak_pool_init_heap(h);

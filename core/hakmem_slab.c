@@ -360,7 +360,7 @@ static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
  * its slab is parked and the next one serves.  A stale answer lasts at most
  * that many refills and loses nothing: the state is a hint here. */
 static void ss_state_check(hak_heap_t *h, unsigned cls) {
-    h->state_countdown[cls] = (uint16_t)hak_opt.batch_tier_size;
+    h->state_countdown[cls] = (uint16_t)hak_opt.batch_state_check;
     hak_slab_t *s = h->queue_head[cls];
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
