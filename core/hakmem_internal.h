@@ -32,7 +32,7 @@ HAK_INTERNAL void hak_ensure_init(void);
 HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 /* A new range, aligned and tagged `kind`; when the OS refuses, `fn` (set at
  * start-up: hak_make_room) is asked to make room and it is tried again. */
-HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
+HAK_INTERNAL void *hak_chunk_map_tagged(size_t len, size_t align, uint8_t kind);
 HAK_INTERNAL void  hak_chunk_map_on_refusal(bool (*fn)(void));
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_chunk_map_lock_all(void);
@@ -41,12 +41,12 @@ HAK_INTERNAL void  hak_chunk_map_unlock_all(void);
 /* Retiring mappings (hakmem_chunk_map.c; hardened build: hakmem_hardened.c). */
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
-HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
+HAK_INTERNAL void  hak_chunk_retire_range(void *base, size_t len);
 /* The range a large realloc moved away from (mremap unmapped it): the
  * hardened build reserves it again as dead; nothing in the default one. */
-HAK_INTERNAL void  hak_os_retire_moved(void *base, size_t len);
+HAK_INTERNAL void  hak_chunk_retire_moved(void *base, size_t len);
 /* Unmap the ranges the hardened build keeps dead (false: none, or not that build). */
-HAK_INTERNAL bool  hak_os_release_dead(void);
+HAK_INTERNAL bool  hak_chunk_release_dead(void);
 
 /* The free check (hakmem_free_check.c; inline part: box/free_check_box.h). */
 HAK_INTERNAL void hak_free_check_init(void);

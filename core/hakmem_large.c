@@ -62,7 +62,7 @@ static size_t cache_bytes;
 _Atomic size_t hak_large_mapped;
 
 static void release(char *base, size_t len) {
-    hak_os_retire_range(base, len);
+    hak_chunk_retire_range(base, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 
@@ -235,7 +235,7 @@ static void huge_pages(char *p, size_t len, size_t used, bool reused) {
 
 /* A fresh range for large blocks, tagged. */
 static char *map_large(size_t len, size_t align) {
-    char *p = hak_os_map_tagged(len, align, HAK_CHUNK_LARGE);
+    char *p = hak_chunk_map_tagged(len, align, HAK_CHUNK_LARGE);
     if (p == NULL) return NULL;
     atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
     return p;
@@ -249,7 +249,7 @@ static char *map_large(size_t len, size_t align) {
 static void move_range(char *from, size_t len, char *to) {
     hak_chunk_map_set(from, len, HAK_CHUNK_DEAD);
     hak_os_move_pages(from, len, to, LARGE_HUGE);
-    hak_os_retire_moved(from, len);
+    hak_chunk_retire_moved(from, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 

@@ -240,7 +240,7 @@ bool hak_make_room(void) {
     bool any = hak_heap_reclaim_abandoned(HAK_RECLAIM_IN_PLACE | HAK_RECLAIM_TRY);
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
-    any |= hak_os_release_dead();
+    any |= hak_chunk_release_dead();
     return any;
 }
 
