@@ -32,7 +32,9 @@ _Atomic size_t hak_large_live;
  * memory of its own, only a record. */
 HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
     /* No object is larger than PTRDIFF_MAX (a difference of two pointers
-     * into it must fit): such a request fails before anything is mapped. */
+     * into it must fit).  hak_large_alloc checks the exact bound; this
+     * coarser check stays so that such a request fails before it starts
+     * hakmem, makes the thread a heap or moves the profiler's countdown. */
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
@@ -308,10 +310,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
         hak_free(p);
         return NULL;
     }
-    if (size > (size_t)PTRDIFF_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    /* Too big (> PTRDIFF_MAX): hak_large_realloc or large_alloc says ENOMEM. */
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {

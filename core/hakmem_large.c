@@ -32,6 +32,13 @@ typedef struct {
 
 _Static_assert(sizeof(large_hdr_t) == HAK_LARGE_HDR, "large header size");
 
+/* A block of `size` bytes at `off` into its mapping is too big when the
+ * mapping, rounded up to whole chunks, would pass PTRDIFF_MAX (no object
+ * may: a difference of two pointers into it must fit). */
+static inline bool too_big(size_t size, size_t off) {
+    return off > (size_t)PTRDIFF_MAX / 2 || size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE;
+}
+
 static inline large_hdr_t *hdr_of(const void *p) {
     return (large_hdr_t *)((char *)p - HAK_LARGE_HDR);
 }
@@ -280,7 +287,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     if (align < HAK_LARGE_HDR) align = HAK_LARGE_HDR;
     /* The user pointer sits at `align` into the mapping; the header before it. */
     size_t off = align;
-    if (off > (size_t)PTRDIFF_MAX / 2 || size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
+    if (too_big(size, off)) {
         errno = ENOMEM;
         return NULL;
     }
@@ -343,7 +350,7 @@ void *hak_large_realloc(void *p, size_t size, bool *cached) {
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
     size_t len = h->len, off = (size_t)((char *)p - base);
-    if (size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
+    if (too_big(size, off)) {
         errno = ENOMEM;
         return NULL;
     }
