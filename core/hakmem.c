@@ -11,6 +11,7 @@
 #include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
+#include "box/slab_push_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
 #include "hakmem_remote.h"

@@ -67,7 +67,6 @@ HAK_INTERNAL void hak_hardened_unlock_all(void);
  * be made, the slow paths.  The purge functions return how many ms until
  * the next stamped item falls due, HAK_PURGE_NONE if none is left. */
 HAK_INTERNAL void hak_purge_kick(void);
-HAK_INTERNAL void hak_purge_inline(void);
 HAK_INTERNAL bool hak_purge_everything(void);
 HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);
@@ -138,7 +137,6 @@ HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);
-HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);

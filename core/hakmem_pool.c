@@ -126,7 +126,7 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
  * blocks stay resident, stamped: the purger gives their pages back once
  * they have stayed unused for the delay (hak_slab_purge), unless a refill
  * takes them first.  With delay 0 they go at once. */
-void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
+static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
     if (n == 0) return;
     hak_heap_lock(h);
@@ -146,7 +146,7 @@ void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
 /* Every ring back to the slabs (thread exit, trim). */
 void hak_pool_flush_all(hak_heap_t *h) {
     for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
-        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+        ring_flush(h, hak_pool_ring(h, c), 0);
     hak_c2_flush(h, 0);
 }
 
@@ -156,7 +156,7 @@ void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
         r->slot[r->count++] = p;
         return;
     }
-    hak_pool_ring_flush(h, r, r->cap / 2);
+    ring_flush(h, r, r->cap / 2);
     r->slot[r->count++] = p;
 }
 

@@ -31,7 +31,7 @@
  * thread called pthread_exit: the last thread with a heap wakes it as it
  * exits), and after fork() the child starts its own when it next needs
  * one.  If no thread can be made (seccomp, limits), the
- * owners' slow paths run the same pass when it is due (hak_purge_inline).
+ * owners' slow paths run the same pass when it is due (purge_inline).
  *
  * How it reaches other threads' memory without slowing their fast paths:
  * each heap has a lock (hak_heap_lock) that its owner takes only on slow
@@ -176,7 +176,7 @@ void hak_purge_kick(void) {
 }
 
 /* From the owners' slow paths (housekeeping) where no purger can run. */
-void hak_purge_inline(void) {
+static void purge_inline(void) {
     if (!purge_no_thread) return;
     uint32_t due = atomic_load_explicit(&inline_due, memory_order_relaxed);
     if (due == 0 || (int32_t)(hak_now_ms() - due) < 0) return;
@@ -226,7 +226,7 @@ bool hak_purge_everything(void) {
 void hak_housekeeping(hak_heap_t *h) {
     /* not from a heap of the profiler's: its lock may not wait for heap_lock */
     if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
-    hak_purge_inline();
+    purge_inline();
     if (hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY)) hak_purge_kick();
 }
 
