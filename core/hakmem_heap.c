@@ -325,9 +325,10 @@ void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
  * have been caught half-way through an update (their owners take no lock),
  * so the child never adopts them: they stay orphaned, their blocks still
  * freeable (onto the orphan's remote list), their memory not reused.  Only
- * the forking thread's heap, those on the abandoned list and the profiler's
- * heaps of sampled blocks (their locks were held) are known to be whole (a heap housekeeping had taken
- * off the list may be half swept, its lock held).  Lets heap_lock go. */
+ * the forking thread's heap, those on the abandoned list and the
+ * profiler's heaps of sampled blocks (their locks were held) are known to
+ * be whole (a heap housekeeping had taken off the list may be half swept,
+ * its lock held).  Lets heap_lock go. */
 void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
         if (h != hak_tls_own_heap && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;

@@ -137,8 +137,9 @@ _Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
                "the free path's fields share the first line");
 
 /* SuperSlab states.  HOT takes new slabs; DRAINING (mostly empty) serves
- * frees only, so it can empty out; a FREE SuperSlab has no slab left and sits
- * decommitted in the global cache until reused or unmapped. */
+ * frees only, so it can empty out; a FREE SuperSlab has no slab left and
+ * sits in the global cache, its pages warm until the purger decommits them
+ * by time, until a heap takes it or it is unmapped (hakmem_superslab.c). */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
 
