@@ -11,6 +11,7 @@
 #include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
+#include "box/slab_push_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
 #include "hakmem_remote.h"
@@ -32,7 +33,9 @@ _Atomic size_t hak_large_live;
  * memory of its own, only a record. */
 HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
     /* No object is larger than PTRDIFF_MAX (a difference of two pointers
-     * into it must fit): such a request fails before anything is mapped. */
+     * into it must fit).  hak_large_alloc checks the exact bound; this
+     * coarser check stays so that such a request fails before it starts
+     * hakmem, makes the thread a heap or moves the profiler's countdown. */
     if (size > (size_t)PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
@@ -103,7 +106,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_hea
 }
 
 HAK_ALLOC_PATH void *hak_malloc(size_t size) {
-    hak_heap_t *h = hak_tls_heap;
+    hak_heap_t *h = hak_tls_fast_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) {
         void *p = hak_tiny_alloc(h, size);
         if (hak_likely(p != NULL)) return p;
@@ -190,8 +193,15 @@ static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
     purge_kick_due(h);
 }
 
+/* A block of the 32-byte cache's slabs comes here too: their ring is the
+ * empty ring (capacity 0), so the fast path needs no test of its own for
+ * them (one would cost every L2 free).  The explicit branch is here. */
 static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
-    hak_pool_free_ring_full(h, r, p);
+    if (r == &hak_empty_ring && hak_c2_cache_block(hak_slab_of(p))) {
+        if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
+    } else {
+        hak_pool_free_ring_full(h, r, p);
+    }
     purge_kick_due(h);
 }
 
@@ -230,7 +240,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     }
     if (kind == HAK_CHUNK_SS) {
         hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
-        hak_heap_t *h = hak_tls_owner;
+        hak_heap_t *h = hak_tls_own_heap;
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
         if (s->owner != h) {
             if (hak_remote_free(s, p)) hak_purge_kick();
@@ -238,7 +248,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         }
         if (s->tier == HAK_TIER_TINY) {
             if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
-        } else if (s->tier == HAK_TIER_TINY_C2) {
+        } else if (hak_c2_cache_block(s)) {
             if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
         } else if (!hak_pool_free(s->ring, p)) {
             hak_pool_free_ring_full(h, s->ring, p);
@@ -257,13 +267,14 @@ void hak_free(void *p) {
             return;
         }
         hak_slab_t *s = hak_page_desc_of(p);
-        hak_heap_t *h = hak_tls_heap;
+        hak_heap_t *h = hak_tls_fast_heap;
         if (hak_likely(s->tiny_owner == h)) {
             if (hak_unlikely(hak_slab_push(s, p))) free_slab_slow(h, s);
             return;
         }
         if (hak_likely(s->owner == h)) {
-            /* the 32-byte cache's blocks too: their ring is the empty ring */
+            /* the 32-byte cache's blocks too: their ring is the empty ring,
+             * which is always full; free_ring_full sends them to the cache */
             if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
@@ -300,10 +311,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
         hak_free(p);
         return NULL;
     }
-    if (size > (size_t)PTRDIFF_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    /* Too big (> PTRDIFF_MAX): hak_large_realloc or large_alloc says ENOMEM. */
     size_t old = hak_usable_size(p);
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {

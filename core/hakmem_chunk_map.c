@@ -74,7 +74,7 @@ void hak_chunk_map_on_refusal(bool (*fn)(void)) { make_room = fn; }
 static bool room_made(void) { return make_room != NULL && make_room(); }
 
 /* A new range for hakmem, tagged in the chunk map. */
-void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind) {
+void *hak_chunk_map_tagged(size_t len, size_t align, uint8_t kind) {
     void *p = hak_os_map_aligned(len, align);
     if (p == NULL) {
         if (room_made()) p = hak_os_map_aligned(len, align);
@@ -114,14 +114,14 @@ void *hak_meta_alloc(size_t size) {
  * build keeps it reserved a while: hakmem_hardened.c).  Tagged dead first:
  * a late free of a pointer into it is named, not passed to libc.  A mapping
  * made there later tags it again. */
-void hak_os_retire_range(void *base, size_t len) {
+void hak_chunk_retire_range(void *base, size_t len) {
     hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
     hak_os_unmap(base, len);
 }
 
-void hak_os_retire_moved(void *base, size_t len) { (void)base, (void)len; }
+void hak_chunk_retire_moved(void *base, size_t len) { (void)base, (void)len; }
 
-bool hak_os_release_dead(void) { return false; }
+bool hak_chunk_release_dead(void) { return false; }
 #endif
 
 /* fork(): held across it, so the child never inherits them half-taken. */

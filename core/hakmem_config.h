@@ -48,7 +48,6 @@
 #define HAK_SS_PAGES      (HAK_CHUNK_SIZE / HAK_PAGE_SIZE)   /* 64         */
 
 #define HAK_TINY_MAX      1024
-#define HAK_L2_MAX        (52 * 1024)
 #define HAK_L25_MAX       (1024 * 1024)
 
 #define HAK_TINY_CLASSES  20

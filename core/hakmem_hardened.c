@@ -54,7 +54,7 @@ static void dead_record(char *base, size_t len) {
     hak_unlock(&dead_lock);
 }
 
-void hak_os_retire_range(void *base, size_t len) {
+void hak_chunk_retire_range(void *base, size_t len) {
     if (!hak_os_reserve_over(base, len)) {   /* cannot keep it: plain unmap */
         hak_chunk_map_set(base, len, HAK_CHUNK_DEAD);
         hak_os_unmap(base, len);
@@ -66,12 +66,12 @@ void hak_os_retire_range(void *base, size_t len) {
 /* The range a large realloc moved away from, already unmapped by mremap
  * (and untagged): reserve it again as dead unless another mapping took it
  * meanwhile, so a late free of the old pointer is caught. */
-void hak_os_retire_moved(void *base, size_t len) {
+void hak_chunk_retire_moved(void *base, size_t len) {
     if (hak_os_reserve_at(base, len)) dead_record(base, len);
 }
 
-/* Out of address space: the dead ranges go first (hak_os_map_tagged). */
-bool hak_os_release_dead(void) {
+/* Out of address space: the dead ranges go first (hak_chunk_map_tagged). */
+bool hak_chunk_release_dead(void) {
     bool any = false;
     hak_lock(&dead_lock);
     for (; dead_count > 0; dead_count--) {

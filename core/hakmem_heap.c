@@ -2,7 +2,7 @@
  * their side of fork.
  *
  * A heap is created (or adopted) on a thread's first allocation, found
- * through hak_tls_heap, and abandoned when the thread exits: its rings are
+ * through hak_tls_fast_heap, and abandoned when the thread exits: its rings are
  * flushed and it waits on the abandoned list, warm (nothing is given back
  * because a thread exited: its free memory goes back by time, like any
  * other), with all its slabs parked so that remote frees into it reach its
@@ -14,17 +14,20 @@
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
+#include "hakmem_remote.h"
 
 #include <errno.h>
 #include <pthread.h>
 
-__thread hak_heap_t *hak_tls_heap = &hak_empty_heap;   /* what the fast paths use */
-__thread hak_heap_t *hak_tls_owner;                     /* the thread's own heap   */
+/* The heap the fast paths use: the thread's own heap, or the empty heap
+ * (no heap yet, exited, or HAKMEM_STATS=1), whose every access is a slow
+ * path.  The thread's own heap, NULL while it has none. */
+__thread hak_heap_t *hak_tls_fast_heap = &hak_empty_heap;
+__thread hak_heap_t *hak_tls_own_heap;
 static __thread bool tls_thread_done;   /* heap already abandoned at exit */
 
-/* The sentinels: every queue of the empty heap points at the empty slab, so
+/* The sentinel: every queue of the empty heap points at the empty slab, so
  * a thread's first malloc falls into the slow path with no extra test. */
-hak_slab_t hak_empty_slab;
 hak_heap_t hak_empty_heap = {
     .queue_head = { [0 ... HAK_NUM_CLASSES] = &hak_empty_slab },
     .ring = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_ring },
@@ -86,7 +89,7 @@ static hak_heap_t *heap_new(void) {
     if (h == NULL) return NULL;
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->queue_head[c] = &hak_empty_slab;
-        h->state_countdown[c] = (uint16_t)hak_opt.batch_tier_size;
+        h->state_countdown[c] = (uint16_t)hak_opt.batch_state_check;
     }
     hak_c2_heap_init(h);
     hak_pool_init_heap(h);
@@ -127,7 +130,7 @@ static void heap_abandon_locked(hak_heap_t *h) {
  * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
  * takes a slow path that counts it: statistics cost nothing when off. */
 hak_heap_t *hak_heap_for_thread(void) {
-    if (hak_tls_owner != NULL) return hak_tls_owner;
+    if (hak_tls_own_heap != NULL) return hak_tls_own_heap;
     if (tls_thread_done) return NULL;
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
@@ -138,8 +141,8 @@ hak_heap_t *hak_heap_for_thread(void) {
     }
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
-    hak_tls_owner = h;
-    if (!hak_opt.stats) hak_tls_heap = h;
+    hak_tls_own_heap = h;
+    if (!hak_opt.stats) hak_tls_fast_heap = h;
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
     /* May allocate (keys past the first block); the heap is set. */
     if (heap_key_ready) pthread_setspecific(heap_key, h);
@@ -207,8 +210,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
     for (; n != 0; n--) {
         if (!reclaim_lock(how)) return false;
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
-        while (b != NULL && (how & HAK_RECLAIM_NOTIFIED) &&
-               atomic_load_explicit(&b->notify, memory_order_seq_cst) == NULL) {
+        while (b != NULL && (how & HAK_RECLAIM_NOTIFIED) && !hak_remote_notified(b)) {
             prev = b;
             b = b->next_free;
         }
@@ -275,12 +277,12 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
  * thread takes goes back by time.
  * Returns HAK_EXIT_* flags. */
 unsigned hak_heap_thread_exit(hak_heap_t *h) {
-    if (h == NULL || h != hak_tls_owner) return 0;
+    if (h == NULL || h != hak_tls_own_heap) return 0;
     h->keep_spares = HAK_SPARES_ONE;
     heap_reclaim(h);
     unsigned todo = hak_heap_kick_due(h) ? HAK_EXIT_KICK : 0;
-    hak_tls_heap = &hak_empty_heap;
-    hak_tls_owner = NULL;
+    hak_tls_fast_heap = &hak_empty_heap;
+    hak_tls_own_heap = NULL;
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);
@@ -296,14 +298,14 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     hak_heap_t *h = heap_take_locked();
     void *p = NULL;
     if (h != NULL) {
-        hak_tls_owner = h;
-        if (!hak_opt.stats) hak_tls_heap = h;     /* with stats, counted below */
+        hak_tls_own_heap = h;
+        if (!hak_opt.stats) hak_tls_fast_heap = h;     /* with stats, counted below */
         h->keep_spares = HAK_SPARES_REFILL;
         p = hak_heap_alloc(h, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
         heap_park(h);
-        hak_tls_heap = &hak_empty_heap;
-        hak_tls_owner = NULL;
+        hak_tls_fast_heap = &hak_empty_heap;
+        hak_tls_own_heap = NULL;
         heap_abandon_locked(h);
     }
     hak_unlock(&heap_lock);
@@ -323,14 +325,15 @@ void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
  * have been caught half-way through an update (their owners take no lock),
  * so the child never adopts them: they stay orphaned, their blocks still
  * freeable (onto the orphan's remote list), their memory not reused.  Only
- * the forking thread's heap, those on the abandoned list and the profiler's
- * heaps of sampled blocks (their locks were held) are known to be whole (a heap housekeeping had taken
- * off the list may be half swept, its lock held).  Lets heap_lock go. */
+ * the forking thread's heap, those on the abandoned list and the
+ * profiler's heaps of sampled blocks (their locks were held) are known to
+ * be whole (a heap housekeeping had taken off the list may be half swept,
+ * its lock held).  Lets heap_lock go. */
 void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_owner && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;
+        if (h != hak_tls_own_heap && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;
-    __atomic_store_n(&active_count, hak_tls_owner != NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&active_count, hak_tls_own_heap != NULL, __ATOMIC_RELAXED);
     hak_unlock(&heap_lock);
 }

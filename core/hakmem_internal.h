@@ -19,8 +19,8 @@ HAK_INTERNAL void hak_chunk_map_select(bool radix);
 extern hak_slab_t hak_empty_slab;
 extern hak_heap_t hak_empty_heap;
 extern hak_ring_t hak_empty_ring;
-extern __thread hak_heap_t *hak_tls_heap;
-extern __thread hak_heap_t *hak_tls_owner;
+extern __thread hak_heap_t *hak_tls_fast_heap;
+extern __thread hak_heap_t *hak_tls_own_heap;
 
 /* start-up (hakmem_init.c).  Lazy: the API starts hakmem before it first
  * calls down (a thread's first heap, the first large mapping; the
@@ -32,7 +32,7 @@ HAK_INTERNAL void hak_ensure_init(void);
 HAK_INTERNAL bool  hak_chunk_map_set(void *base, size_t len, uint8_t kind);
 /* A new range, aligned and tagged `kind`; when the OS refuses, `fn` (set at
  * start-up: hak_make_room) is asked to make room and it is tried again. */
-HAK_INTERNAL void *hak_os_map_tagged(size_t len, size_t align, uint8_t kind);
+HAK_INTERNAL void *hak_chunk_map_tagged(size_t len, size_t align, uint8_t kind);
 HAK_INTERNAL void  hak_chunk_map_on_refusal(bool (*fn)(void));
 HAK_INTERNAL void *hak_meta_alloc(size_t size);
 HAK_INTERNAL void  hak_chunk_map_lock_all(void);
@@ -41,12 +41,12 @@ HAK_INTERNAL void  hak_chunk_map_unlock_all(void);
 /* Retiring mappings (hakmem_chunk_map.c; hardened build: hakmem_hardened.c). */
 /* Unmap a SuperSlab or large mapping for good (its chunk map entries too);
  * the hardened build keeps the range reserved and marked dead for a while. */
-HAK_INTERNAL void  hak_os_retire_range(void *base, size_t len);
+HAK_INTERNAL void  hak_chunk_retire_range(void *base, size_t len);
 /* The range a large realloc moved away from (mremap unmapped it): the
  * hardened build reserves it again as dead; nothing in the default one. */
-HAK_INTERNAL void  hak_os_retire_moved(void *base, size_t len);
+HAK_INTERNAL void  hak_chunk_retire_moved(void *base, size_t len);
 /* Unmap the ranges the hardened build keeps dead (false: none, or not that build). */
-HAK_INTERNAL bool  hak_os_release_dead(void);
+HAK_INTERNAL bool  hak_chunk_release_dead(void);
 
 /* The free check (hakmem_free_check.c; inline part: box/free_check_box.h). */
 HAK_INTERNAL void hak_free_check_init(void);
@@ -67,7 +67,6 @@ HAK_INTERNAL void hak_hardened_unlock_all(void);
  * be made, the slow paths.  The purge functions return how many ms until
  * the next stamped item falls due, HAK_PURGE_NONE if none is left. */
 HAK_INTERNAL void hak_purge_kick(void);
-HAK_INTERNAL void hak_purge_inline(void);
 HAK_INTERNAL bool hak_purge_everything(void);
 HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);
@@ -138,7 +137,6 @@ HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);
-HAK_INTERNAL void  hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);

@@ -32,6 +32,13 @@ typedef struct {
 
 _Static_assert(sizeof(large_hdr_t) == HAK_LARGE_HDR, "large header size");
 
+/* A block of `size` bytes at `off` into its mapping is too big when the
+ * mapping, rounded up to whole chunks, would pass PTRDIFF_MAX (no object
+ * may: a difference of two pointers into it must fit). */
+static inline bool too_big(size_t size, size_t off) {
+    return off > (size_t)PTRDIFF_MAX / 2 || size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE;
+}
+
 static inline large_hdr_t *hdr_of(const void *p) {
     return (large_hdr_t *)((char *)p - HAK_LARGE_HDR);
 }
@@ -62,7 +69,7 @@ static size_t cache_bytes;
 _Atomic size_t hak_large_mapped;
 
 static void release(char *base, size_t len) {
-    hak_os_retire_range(base, len);
+    hak_chunk_retire_range(base, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 
@@ -235,7 +242,7 @@ static void huge_pages(char *p, size_t len, size_t used, bool reused) {
 
 /* A fresh range for large blocks, tagged. */
 static char *map_large(size_t len, size_t align) {
-    char *p = hak_os_map_tagged(len, align, HAK_CHUNK_LARGE);
+    char *p = hak_chunk_map_tagged(len, align, HAK_CHUNK_LARGE);
     if (p == NULL) return NULL;
     atomic_fetch_add_explicit(&hak_large_mapped, len, memory_order_relaxed);
     return p;
@@ -249,7 +256,7 @@ static char *map_large(size_t len, size_t align) {
 static void move_range(char *from, size_t len, char *to) {
     hak_chunk_map_set(from, len, HAK_CHUNK_DEAD);
     hak_os_move_pages(from, len, to, LARGE_HUGE);
-    hak_os_retire_moved(from, len);
+    hak_chunk_retire_moved(from, len);
     atomic_fetch_sub_explicit(&hak_large_mapped, len, memory_order_relaxed);
 }
 
@@ -280,7 +287,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     if (align < HAK_LARGE_HDR) align = HAK_LARGE_HDR;
     /* The user pointer sits at `align` into the mapping; the header before it. */
     size_t off = align;
-    if (off > (size_t)PTRDIFF_MAX / 2 || size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
+    if (too_big(size, off)) {
         errno = ENOMEM;
         return NULL;
     }
@@ -343,7 +350,7 @@ void *hak_large_realloc(void *p, size_t size, bool *cached) {
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
     size_t len = h->len, off = (size_t)((char *)p - base);
-    if (size > (size_t)PTRDIFF_MAX - off - HAK_CHUNK_SIZE) {
+    if (too_big(size, off)) {
         errno = ENOMEM;
         return NULL;
     }

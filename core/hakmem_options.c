@@ -13,7 +13,7 @@
 /* Defaults before start-up too: early allocations see the same values. */
 hak_options_t hak_opt = {
     .verbose = 0,
-    .batch_tier_size = 64,
+    .batch_state_check = 64,
     .l2_ring_cap = POOL_L2_RING_CAP,
     .l25_ring_cap = POOL_L25_RING_CAP,
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
@@ -44,7 +44,7 @@ static const option_t options[] = {
       "1: print the effective settings on stderr at start-up", NULL, NULL },
     { "HAKMEM_STATS", &hak_opt.stats, 0, 0, 1,
       "1: count allocations, frees, remote frees and refills per class; report at exit", NULL, NULL },
-    { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_tier_size, 64, 1, 256,
+    { "HAKMEM_BATCH_TIER_SIZE", &hak_opt.batch_state_check, 64, 1, 256,
       "refills of a size class between checks of its SuperSlab's state (1: every refill)", NULL, NULL },
     { "HAKMEM_L2_RING_CAP", &hak_opt.l2_ring_cap, POOL_L2_RING_CAP, 1, POOL_L2_RING_CAP,
       "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL, NULL },

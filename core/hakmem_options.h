@@ -9,7 +9,7 @@ enum { HAK_UNWIND_LIBUNWIND = 0, HAK_UNWIND_LIBGCC = 1 };
 typedef struct {
     int verbose;            /* HAKMEM_VERBOSE: print the settings at start-up   */
     int stats;              /* HAKMEM_STATS: count everything, report at exit   */
-    int batch_tier_size;    /* HAKMEM_BATCH_TIER_SIZE: refills per SuperSlab state check */
+    int batch_state_check;  /* HAKMEM_BATCH_TIER_SIZE (the name kept): refills per SuperSlab state check */
     int l2_ring_cap;        /* HAKMEM_L2_RING_CAP: L2 ring slots, <= POOL_L2_RING_CAP */
     int l25_ring_cap;       /* HAKMEM_L25_RING_CAP: L2.5 ring slots, <= POOL_L25_RING_CAP */
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */

@@ -3,7 +3,7 @@
  * memory, asks for random bytes or looks up symbols; porting hakmem means
  * writing this file again.
  *
- * Contract, for every function below:
+ * Contract, for every function below except those marked ALLOCATES:
  *   - it never calls malloc or any other hakmem function, so it may be
  *     called with any hakmem lock held and before hakmem is initialised;
  *   - it leaves errno as it found it (failure is in the return value);
@@ -72,8 +72,31 @@ HAK_OS_INTERNAL void  hak_os_wake(_Atomic int *word);
 HAK_OS_INTERNAL long  hak_os_thread_count(void);
 /* A random word: from the OS, or from the clock when it has none to give. */
 HAK_OS_INTERNAL uintptr_t hak_os_random_word(void);
+/* Start a detached thread running fn(arg) on a stack of stack_size bytes,
+ * with every signal blocked (it never runs a program's handler); false if
+ * it cannot.  ALLOCATES (pthread_create may call malloc). */
+HAK_OS_INTERNAL bool  hak_os_thread_start(void *(*fn)(void *), void *arg, size_t stack_size);
 
-/* ---- symbols ------------------------------------------------------------------- */
+/* ---- files and signals (the heap profiler) --------------------------------------- */
+/* The process's mappings as text, in the format of Linux's /proc/self/maps
+ * (what pprof reads), handed to sink(ctx, text, len) piece by piece;
+ * nothing if they cannot be read. */
+HAK_OS_INTERNAL void  hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len),
+                                           void *ctx);
+/* Take the lowest free file descriptors (opened on /dev/null) up to
+ * `floor`, or to 64 below the limit on open files if that is lower, so that
+ * a descriptor opened meanwhile lands above them.  fds has room for floor;
+ * returns how many were taken.  hak_os_close_fds closes them, last first. */
+HAK_OS_INTERNAL int   hak_os_take_low_fds(int *fds, int floor);
+HAK_OS_INTERNAL void  hak_os_close_fds(const int *fds, int n);
+/* Catch signal sig with handler (interrupted calls restart, no signal
+ * blocked meanwhile); false if it cannot be caught. */
+HAK_OS_INTERNAL bool  hak_os_catch_signal(int sig, void (*handler)(int));
+
+/* ---- symbols ------------------------------------------------------------------- *
+ * ALLOCATES, all four: dlsym, dlopen and dladdr may call malloc (hakmem
+ * again: call them with no hakmem lock held) and may change errno (a
+ * caller that must keep it saves it). */
 /* The next definition of `name` after hakmem's (libc's malloc_usable_size). */
 HAK_OS_INTERNAL void *hak_os_next_symbol(const char *name);
 /* A shared library loaded privately (its symbols do not replace any), and

@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -191,6 +193,68 @@ uintptr_t hak_os_random_word(void) {
     }
     errno = saved;
     return k;
+}
+
+bool hak_os_thread_start(void *(*fn)(void *), void *arg, size_t stack_size) {
+    int saved = errno;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return false;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, stack_size);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);    /* the thread inherits it */
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    errno = saved;
+    return rc == 0;
+}
+
+/* ---- files and signals --------------------------------------------------------- */
+void hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len), void *ctx) {
+    int saved = errno;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        ssize_t r;
+        while ((r = read(fd, buf, sizeof buf)) > 0) sink(ctx, buf, (size_t)r);
+        close(fd);
+    }
+    errno = saved;
+}
+
+int hak_os_take_low_fds(int *fds, int floor) {
+    int saved = errno;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)floor + 64)
+        floor = rl.rlim_cur > 128 ? (int)rl.rlim_cur - 64 : 0;
+    int n = 0;
+    for (int fd; n < floor && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+        fds[n++] = fd;
+        if (fd >= floor) break;
+    }
+    errno = saved;
+    return n;
+}
+
+void hak_os_close_fds(const int *fds, int n) {
+    int saved = errno;
+    while (n > 0) close(fds[--n]);
+    errno = saved;
+}
+
+bool hak_os_catch_signal(int sig, void (*handler)(int)) {
+    int saved = errno;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    bool ok = sigaction(sig, &sa, NULL) == 0;
+    errno = saved;
+    return ok;
 }
 
 /* ---- spin locks ----------------------------------------------------------------- */

@@ -3,7 +3,6 @@
  * refilled from, and flushed to, the heap's slabs half a ring at a time. */
 #include "hakmem_internal.h"
 #include "box/pool_ring_box.h"
-#include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"
 #include "box/slab_push_box.h"
@@ -127,7 +126,7 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
  * blocks stay resident, stamped: the purger gives their pages back once
  * they have stayed unused for the delay (hak_slab_purge), unless a refill
  * takes them first.  With delay 0 they go at once. */
-void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
+static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
     if (n == 0) return;
     hak_heap_lock(h);
@@ -147,25 +146,17 @@ void hak_pool_ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
 /* Every ring back to the slabs (thread exit, trim). */
 void hak_pool_flush_all(hak_heap_t *h) {
     for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
-        hak_pool_ring_flush(h, hak_pool_ring(h, c), 0);
+        ring_flush(h, hak_pool_ring(h, c), 0);
     hak_c2_flush(h, 0);
 }
 
-/* The owner's free of a block of the 32-byte cache's slabs comes here too:
- * their ring is the empty ring, so the free fast path needs no test of its
- * own for them (it would cost every L2 free). */
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     if (r == &hak_empty_ring) {
-        hak_slab_t *s = hak_slab_of(p);
-        if (s->tier == HAK_TIER_TINY_C2) {
-            if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
-            return;
-        }
-        r = ring_open(h, s->cls);   /* a class this heap had not used yet */
+        r = ring_open(h, hak_slab_of(p)->cls);  /* a class this heap had not used yet */
         r->slot[r->count++] = p;
         return;
     }
-    hak_pool_ring_flush(h, r, r->cap / 2);
+    ring_flush(h, r, r->cap / 2);
     r->slot[r->count++] = p;
 }
 

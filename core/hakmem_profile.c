@@ -59,7 +59,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -882,10 +881,10 @@ static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, s
 
 /* The countdown of the thread's heap went negative on a request of `size`
  * (at most 1 MiB), or the heap has not started sampling yet.  The heap is
- * hak_tls_owner (the fast paths count on it, or on the empty heap, which
+ * hak_tls_own_heap (the fast paths count on it, or on the empty heap, which
  * never gets here), fetched here so the fast path keeps no register for it. */
 HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h->sample_left;
     if (!h->prof_ready) left = heap_start(h) - (int64_t)size;
     h->sample_left = INT64_MAX;       /* nothing below is sampled */
@@ -910,7 +909,7 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
  * the thread has none: a thread that only makes large blocks is sampled
  * too). */
 bool hak_profile_large_due(size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     if (h == NULL && (h = hak_heap_for_thread()) == NULL) return false;
     if (!h->prof_ready) h->sample_left = heap_start(h);
     if ((h->sample_left -= (int64_t)(size > INT64_MAX ? INT64_MAX : size)) >= 0) return false;
@@ -924,7 +923,7 @@ static prof_tab_t large_rec;
 
 /* A sampled large block: its own mapping already; only a record. */
 HAK_ALLOC_PATH void hak_profile_large_sampled(void *p, size_t size) {
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     struct hak_prof *pl = h->prof;
     int64_t left = h->sample_left;
     h->sample_left = INT64_MAX;
@@ -1187,6 +1186,8 @@ static void out_str(out_t *o, const char *s, size_t len) {
     }
 }
 
+static void out_sink(void *o, const char *s, size_t len) { out_str(o, s, len); }
+
 static void out_fmt(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out_fmt(out_t *o, const char *fmt, ...) {
     char line[512];
@@ -1253,13 +1254,7 @@ static void write_heap_profile(out_t *o, snapshot_t *sn) {
     }
     static const char maps_hdr[] = "\nMAPPED_LIBRARIES:\n";
     out_str(o, maps_hdr, sizeof maps_hdr - 1);
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        char buf[4096];
-        ssize_t r;
-        while ((r = read(fd, buf, sizeof buf)) > 0) out_str(o, buf, (size_t)r);
-        close(fd);
-    }
+    hak_os_mappings_text(out_sink, o);
 }
 
 /* Per stack: estimated live bytes and blocks, and samples.  sn->rec sorted. */
@@ -1504,16 +1499,7 @@ __attribute__((constructor)) static void profile_start(void) {
      * use and count on (the first open() of the program still gets 3). */
     int filler[HIGH_FD_FLOOR];
     int nfill = 0;
-    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
-        struct rlimit rl;
-        int floor = HIGH_FD_FLOOR;
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)floor + 64)
-            floor = rl.rlim_cur > 128 ? (int)rl.rlim_cur - 64 : 0;
-        for (int fd; nfill < floor && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
-            filler[nfill++] = fd;
-            if (fd >= floor) break;
-        }
-    }
+    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) nfill = hak_os_take_low_fds(filler, HIGH_FD_FLOOR);
     /* An unwinder's first use may allocate: a walk now, through this
      * thread's heap, whose countdown stops meanwhile. */
     hak_heap_t *h = hak_heap_for_thread();
@@ -1525,15 +1511,10 @@ __attribute__((constructor)) static void profile_start(void) {
         if (h->prof != NULL) take_stack(h->prof, pc, NULL);
         h->sample_left = left;
     }
-    while (nfill > 0) close(filler[--nfill]);
+    hak_os_close_fds(filler, nfill);
     int sig = hak_opt.profile_signal;
     if (sig != 0 && hak_opt.profile[0] != '\0') {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sa.sa_flags = SA_RESTART;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(sig, &sa, NULL) != 0) {
+        if (!hak_os_catch_signal(sig, on_signal)) {
             char line[96];
             snprintf(line, sizeof line, "hakmem: HAKMEM_PROFILE_SIGNAL=%d cannot be caught; ignored\n",
                      sig);
@@ -1545,7 +1526,7 @@ __attribute__((constructor)) static void profile_start(void) {
 
 __attribute__((destructor)) static void profile_at_exit(void) {
     if (!hak_profile_on) return;
-    hak_heap_t *h = hak_tls_owner;
+    hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h != NULL ? h->sample_left : 0;
     if (h != NULL) h->sample_left = INT64_MAX;
     hak_lock(&dump_lock);

@@ -31,7 +31,7 @@
  * thread called pthread_exit: the last thread with a heap wakes it as it
  * exits), and after fork() the child starts its own when it next needs
  * one.  If no thread can be made (seccomp, limits), the
- * owners' slow paths run the same pass when it is due (hak_purge_inline).
+ * owners' slow paths run the same pass when it is due (purge_inline).
  *
  * How it reaches other threads' memory without slowing their fast paths:
  * each heap has a lock (hak_heap_lock) that its owner takes only on slow
@@ -54,8 +54,6 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
-#include <pthread.h>
-#include <signal.h>
 
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
@@ -153,18 +151,7 @@ static void *purger_main(void *arg) {
 }
 
 static bool purger_start(void) {
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0) return false;
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, (size_t)64 << 10);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);    /* the thread inherits it */
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, purger_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
-    return rc == 0;
+    return hak_os_thread_start(purger_main, NULL, (size_t)64 << 10);
 }
 
 /* Something was stamped: make sure someone will give it back.  Called with
@@ -189,7 +176,7 @@ void hak_purge_kick(void) {
 }
 
 /* From the owners' slow paths (housekeeping) where no purger can run. */
-void hak_purge_inline(void) {
+static void purge_inline(void) {
     if (!purge_no_thread) return;
     uint32_t due = atomic_load_explicit(&inline_due, memory_order_relaxed);
     if (due == 0 || (int32_t)(hak_now_ms() - due) < 0) return;
@@ -209,7 +196,7 @@ void hak_purge_wake(void) {
 /* malloc_trim: everything free goes back now, from every heap. */
 bool hak_purge_everything(void) {
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
-    hak_heap_t *me = hak_tls_owner;
+    hak_heap_t *me = hak_tls_own_heap;
     if (me != NULL) {
         hak_heap_trim_self(me);
         me->purge_pending = 0;     /* all of it goes back below: no purger needed */
@@ -239,7 +226,7 @@ bool hak_purge_everything(void) {
 void hak_housekeeping(hak_heap_t *h) {
     /* not from a heap of the profiler's: its lock may not wait for heap_lock */
     if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
-    hak_purge_inline();
+    purge_inline();
     if (hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY)) hak_purge_kick();
 }
 
@@ -253,7 +240,7 @@ bool hak_make_room(void) {
     bool any = hak_heap_reclaim_abandoned(HAK_RECLAIM_IN_PLACE | HAK_RECLAIM_TRY);
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
-    any |= hak_os_release_dead();
+    any |= hak_chunk_release_dead();
     return any;
 }
 
@@ -267,6 +254,6 @@ void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
-    if (had && hak_tls_owner != NULL) hak_tls_owner->purge_pending = HAK_PURGE_KICK_MIN;
+    if (had && hak_tls_own_heap != NULL) hak_tls_own_heap->purge_pending = HAK_PURGE_KICK_MIN;
     hak_unlock(&purge_lock);
 }

@@ -47,6 +47,20 @@ static inline bool hak_remote_arm(hak_slab_t *s) {
                                                    memory_order_acq_rel, memory_order_relaxed);
 }
 
+/* Owner: arm a slab it takes off its queue.  If a remote free slipped in,
+ * collect it and, unless `force`, return false (the slab stays queued).
+ * While an older notification is still on its way (notify_pending) NOTIFY
+ * stays unarmed: that notification brings the slab back, and arming again
+ * could hand the same slab to the notify stack twice. */
+static inline bool hak_remote_arm_for_park(hak_slab_t *s, bool force) {
+    while (!s->notify_pending) {
+        if (hak_remote_arm(s)) break;
+        hak_remote_collect(s);
+        if (!force) return false;
+    }
+    return true;
+}
+
 /* Owner: the slab is queued again, not through the notify stack. */
 static inline void hak_remote_disarm(hak_slab_t *s) {
     uintptr_t old = atomic_fetch_and_explicit(&s->remote, ~HAK_REMOTE_NOTIFY, memory_order_acq_rel);
@@ -69,9 +83,43 @@ static inline bool hak_remote_armed(hak_slab_t *s) {
     return (atomic_load_explicit(&s->remote, memory_order_acquire) & HAK_REMOTE_NOTIFY) != 0;
 }
 
-/* Owner: the slabs notified since the last call, linked by notify_next. */
+/* Owner: whether a notification of s may still be on its way to the
+ * notify stack; s must then stay (not retired) until it arrives.  A parked
+ * slab without NOTIFY: a freer took the notification and may still be
+ * about to push s. */
+static inline bool hak_remote_notify_in_flight(hak_slab_t *s, bool parked) {
+    if (s->notify_pending) return true;
+    if (parked && !hak_remote_armed(s)) {
+        s->notify_pending = 1;
+        return true;
+    }
+    return false;
+}
+
+/* Owner: whether slabs wait on its notify stack.  A hint (relaxed): what
+ * it misses is taken on a later slow path. */
+static inline bool hak_remote_notified_hint(hak_heap_t *h) {
+    return atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL;
+}
+
+/* Any thread, for an abandoned heap: whether slabs wait on its notify
+ * stack.  seq_cst, as the freer's push (hak_remote_free), which then reads
+ * the heap's state: one of the two sees the other. */
+static inline bool hak_remote_notified(hak_heap_t *h) {
+    return atomic_load_explicit(&h->notify, memory_order_seq_cst) != NULL;
+}
+
+/* Owner: the slabs notified since the last call, linked by notify_next
+ * (walk them with hak_remote_notified_next). */
 static inline hak_slab_t *hak_remote_take_notified(hak_heap_t *h) {
     return atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+}
+
+/* Owner: s's notification has arrived (it came off the notify stack);
+ * returns the next slab taken with it. */
+static inline hak_slab_t *hak_remote_notified_next(hak_slab_t *s) {
+    s->notify_pending = 0;
+    return s->notify_next;
 }
 
 #endif /* HAKMEM_REMOTE_H */

@@ -14,6 +14,10 @@
 #include "box/size_class_box.h"
 #include "box/slab_push_box.h"
 
+/* The head of every empty class queue: no free block, so a pop from it
+ * takes the slow path with no extra test. */
+hak_slab_t hak_empty_slab;
+
 /* ---- the class queue: slabs that may still hand out blocks -------------- */
 static void queue_push_head(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
     hak_slab_t *head = h->queue_head[cls];
@@ -328,29 +332,16 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
 /* An empty queued slab goes back to its SuperSlab unless the heap keeps it
  * (above); an empty parked slab always does. */
 static bool slab_maybe_retire(hak_heap_t *h, hak_slab_t *s) {
-    if (slab_used(s) != 0 || s->notify_pending) return false;
-    /* Parked without NOTIFY: a remote freer took the notification and may
-     * still be about to push this slab; it must stay until it arrives. */
-    if (slab_is_parked(s) && !hak_remote_armed(s)) {
-        s->notify_pending = 1;
-        return false;
-    }
+    if (slab_used(s) != 0 || hak_remote_notify_in_flight(s, slab_is_parked(s))) return false;
     if (!slab_is_parked(s) && slab_keep_empty(h, s)) return false;
     slab_retire(h, s);
     return true;
 }
 
-/* Take a slab off its queue.  Arms NOTIFY first: if a remote free slipped
- * in, collect it and, unless `force`, keep the slab queued.  While an older
- * notification is still on its way (notify_pending) NOTIFY stays unarmed:
- * that notification brings the slab back, and arming again could hand the
- * same slab to the notify stack twice. */
+/* Take a slab off its queue, armed (hak_remote_arm_for_park): false if a
+ * remote free slipped in and not `force`. */
 static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
-    while (!s->notify_pending) {
-        if (hak_remote_arm(s)) break;
-        hak_remote_collect(s);
-        if (!force) return false;
-    }
+    if (!hak_remote_arm_for_park(s, force)) return false;
     queue_remove(h, s->cls, s);
     s->used |= HAK_SLAB_PARKED;
     return true;
@@ -369,7 +360,7 @@ static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
  * its slab is parked and the next one serves.  A stale answer lasts at most
  * that many refills and loses nothing: the state is a hint here. */
 static void ss_state_check(hak_heap_t *h, unsigned cls) {
-    h->state_countdown[cls] = (uint16_t)hak_opt.batch_tier_size;
+    h->state_countdown[cls] = (uint16_t)hak_opt.batch_state_check;
     hak_slab_t *s = h->queue_head[cls];
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
@@ -382,8 +373,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
      * classes the purger reads too. */
     bool locked = cls >= HAK_L2_FIRST;
     if (locked) hak_heap_lock(h);
-    if (atomic_load_explicit(&h->notify, memory_order_relaxed) != NULL)
-        hak_slab_collect_notified(h);
+    if (hak_remote_notified_hint(h)) hak_slab_collect_notified(h);
     if (--h->state_countdown[cls] == 0) ss_state_check(h, cls);
     if (hak_opt.stats) hak_stats_refill(cls);
     while (got < n) {
@@ -434,8 +424,7 @@ void hak_slab_collect_notified(hak_heap_t *h) {
     hak_heap_lock(h);
     bool abandoned = heap_abandoned(h);
     while (s != NULL) {
-        hak_slab_t *next = s->notify_next;
-        s->notify_pending = 0;
+        hak_slab_t *next = hak_remote_notified_next(s);
         hak_remote_collect(s);
         if (slab_is_parked(s)) {
             if (!abandoned && slab_ss_hot(s) && slab_has_room(s) && slab_worth_queueing(s))

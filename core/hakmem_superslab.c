@@ -106,7 +106,7 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
         memcpy(ss->dirty_at, at, sizeof at);
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
     } else {
-        ss = hak_os_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE,
+        ss = hak_chunk_map_tagged(HAK_CHUNK_SIZE, HAK_CHUNK_SIZE,
                                h->chunk_kind ? h->chunk_kind : HAK_CHUNK_SS);
         if (ss == NULL) return NULL;
     }
@@ -140,7 +140,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     }
     hak_unlock(&ss_cache_lock);
     atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
-    hak_os_retire_range(ss, HAK_CHUNK_SIZE);
+    hak_chunk_retire_range(ss, HAK_CHUNK_SIZE);
 }
 
 /* First run of npages free pages starting at a multiple of align_pages (a
@@ -293,7 +293,7 @@ uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay) {
     while (retire != NULL) {
         hak_superslab_t *next = retire->next;
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
-        hak_os_retire_range(retire, HAK_CHUNK_SIZE);
+        hak_chunk_retire_range(retire, HAK_CHUNK_SIZE);
         retire = next;
     }
     return wait;
@@ -309,7 +309,7 @@ bool hak_ss_trim_cache(void) {
     while (list) {
         hak_superslab_t *next = list->next;
         atomic_fetch_sub_explicit(&hak_ss_count[HAK_SS_FREE], 1, memory_order_relaxed);
-        hak_os_retire_range(list, HAK_CHUNK_SIZE);
+        hak_chunk_retire_range(list, HAK_CHUNK_SIZE);
         list = next;
     }
     return any;

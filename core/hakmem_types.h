@@ -137,8 +137,9 @@ _Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
                "the free path's fields share the first line");
 
 /* SuperSlab states.  HOT takes new slabs; DRAINING (mostly empty) serves
- * frees only, so it can empty out; a FREE SuperSlab has no slab left and sits
- * decommitted in the global cache until reused or unmapped. */
+ * frees only, so it can empty out; a FREE SuperSlab has no slab left and
+ * sits in the global cache, its pages warm until the purger decommits them
+ * by time, until a heap takes it or it is unmapped (hakmem_superslab.c). */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
 
@@ -203,7 +204,9 @@ typedef struct hak_heap {
     hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
     hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
     /* The ring of each L2 / L2.5 class (an empty ring in the empty heap);
-     * Tiny classes have the empty ring (cap 0). */
+     * Tiny classes have the empty ring (cap 0), so the owner's free of a
+     * 32-byte cache block fails its push and free_ring_full's explicit
+     * branch sends it to the cache. */
     hak_ring_t      *ring[HAK_NUM_CLASSES];
     /* Written by other threads: a line of its own. */
     _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));

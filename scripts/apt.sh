@@ -9,13 +9,20 @@ apt_install() {
     return 1
   fi
   local sudo=()
-  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo=(sudo -n)
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "${APT_WHO:-hakmem}: not root and no sudo; please install: $*" >&2
+      return 1
+    fi
+    sudo=(sudo -n)
+  fi
   if [ "$APT_UPDATED" = 0 ]; then
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 ||
       echo "${APT_WHO:-hakmem}: warning: apt-get update failed" >&2
     APT_UPDATED=1
   fi
   echo "${APT_WHO:-hakmem}: installing $*" >&2
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
-    >/dev/null 2>&1
+  # Keep the configuration files already there, without asking.
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@" >/dev/null 2>&1
 }

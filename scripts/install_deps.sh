@@ -28,32 +28,11 @@ for p in "${PKGS[@]}"; do
 done
 [ "${#MISSING[@]}" -eq 0 ] && exit 0
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_deps: apt-get not found; please install: ${MISSING[*]}" >&2
-  [ "$MODE" = bench ] && exit 0
-  exit 1
-fi
-
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo -n env DEBIAN_FRONTEND=noninteractive)
-  else
-    echo "install_deps: not root and no sudo; please install: ${MISSING[*]}" >&2
-    [ "$MODE" = bench ] && exit 0
-    exit 1
-  fi
-fi
-
-APT_OPTS=(-y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
-
-echo "install_deps: installing ${MISSING[*]}" >&2
-if ! "${SUDO[@]}" apt-get update -q >/dev/null; then
-  echo "install_deps: warning: apt-get update failed" >&2
-fi
+APT_WHO=install_deps
+. "$(dirname "$0")/apt.sh"
 
 if [ "$MODE" = test ]; then
-  "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "${MISSING[@]}" >/dev/null
+  apt_install "${MISSING[@]}" || true
   still=()
   for p in "${MISSING[@]}"; do installed "$p" || still+=("$p"); done
   if [ "${#still[@]}" -ne 0 ]; then
@@ -63,9 +42,7 @@ if [ "$MODE" = test ]; then
 else
   # Peers are optional: install one by one so one unavailable package does not block the rest.
   for p in "${MISSING[@]}"; do
-    if ! "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "$p" >/dev/null 2>&1; then
-      echo "install_deps: warning: could not install $p (benchmarks will skip it)" >&2
-    fi
+    apt_install "$p" || echo "install_deps: warning: could not install $p (benchmarks will skip it)" >&2
   done
 fi
 exit 0

@@ -7,6 +7,12 @@
 #include "hakmem_internal.h"
 #include "box/block_link_box.h"
 
+/* s is a slab of the 32-byte cache (HAKMEM_TINY_C2_LOCAL_CACHE on, the
+ * 32-byte class): its owner's frees go to the cache, not to a ring. */
+static inline bool hak_c2_cache_block(const hak_slab_t *s) {
+    return s->tier == HAK_TIER_TINY_C2;
+}
+
 /* p is a block of a slab of tier HAK_TIER_TINY_C2 owned by h.  False when
  * the cache is full: p is not taken, the caller calls hak_c2_free_full. */
 static inline bool hak_c2_free(hak_heap_t *h, void *p) {

@@ -9,7 +9,6 @@
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
 #include "box/profile_box.h"
-#include "box/slab_push_box.h"
 
 static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
