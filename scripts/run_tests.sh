@@ -135,7 +135,7 @@ TOTAL_FAIL=0
 #                 and calloc do differ in the hardened build: the ranges a
 #                 large block is moved out of (realloc growing it, calloc
 #                 gathering cached pieces: move_range, core/hakmem_large.c)
-#                 stay reserved as dead space (hak_os_retire_moved), which
+#                 stay reserved as dead space (hak_chunk_retire_moved), which
 #                 running out of memory must give back (hak_os_release_dead)
 #
 # Why each setting runs what it runs (it changes the code these drive):
