@@ -170,7 +170,10 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
     h->chunk_kind = chunk_kind;
-    h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
+    /* A heap of sampled blocks refills once a sample: an empty slab kept
+     * for it would hold a span per class, and the spans of 40 classes
+     * fragment its SuperSlabs (8-10 held for about 70 live samples). */
+    h->keep_spares = HAK_SPARES_NONE;
     h->sample_left = INT64_MAX;
     h->prof_ready = true;
     return h;
@@ -242,9 +245,10 @@ size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATO
 void hak_heap_trim_self(hak_heap_t *h) {
     atomic_store_explicit(&h->trim_request, false, memory_order_relaxed);
     heap_flush_rings(h);
+    uint8_t keep = h->keep_spares;
     h->keep_spares = HAK_SPARES_NONE;
     heap_sweep(h);
-    h->keep_spares = HAK_SPARES_REFILL;
+    h->keep_spares = keep;
 }
 
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {

@@ -81,7 +81,7 @@ static void hak_init(void) {
     }
     hak_chunk_map_on_refusal(hak_make_room);
     hak_options_init();
-    if (hak_opt.stats) hak_stats_init();
+    if (hak_opt.stats || hak_opt.profile_leaks) hak_stderr_remember();
     /* the settings the layers take before anything is mapped */
     hak_chunk_map_select(hak_opt.ss_lookup_kind == HAK_LOOKUP_RADIX);
     if (hak_opt.tiny_c2_cache) hak_c2_enable();

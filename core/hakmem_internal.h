@@ -169,9 +169,11 @@ HAK_INTERNAL void hak_stats_alloc_request(size_t size);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);
-/* At start-up, with stats on: which file descriptor 2 is (the exit report
- * goes there only if it still is). */
-HAK_INTERNAL void hak_stats_init(void);
+/* At start-up, with an exit report on (stats, leak report): which file
+ * descriptor 2 is; at exit, whether it still is (the reports go there only
+ * then). */
+HAK_INTERNAL void hak_stderr_remember(void);
+HAK_INTERNAL bool hak_stderr_unchanged(void);
 
 /* Heap profiler (hakmem_profile.c; fast-path part: box/profile_box.h).
  * hak_profile_on: sampling is on (HAKMEM_PROFILE or HAKMEM_PROFILE_LEAKS),

@@ -1546,7 +1546,7 @@ __attribute__((destructor)) static void profile_at_exit(void) {
         ssize_t w = write(2, line, strlen(line));
         (void)w;
     }
-    if (hak_opt.profile_leaks && fcntl(2, F_GETFD) >= 0) {
+    if (hak_opt.profile_leaks && hak_stderr_unchanged()) {
         snapshot_t sn;
         out_t *o = map_zeroed(sizeof(out_t));
         if (o != NULL && snapshot_take(&sn)) {

@@ -7,7 +7,6 @@
 #include "box/size_class_box.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -117,14 +116,14 @@ void hak_stats_resize(int64_t delta) {
 }
 
 /* The file descriptor 2 was at start-up.  A program may close stderr and
- * open a file of its own, which then gets number 2; the exit report goes
- * out only if descriptor 2 is still the file it was, never into the
- * program's data. */
+ * open a file of its own, which then gets number 2; hakmem's exit reports
+ * (this one, the profiler's leak report) go out only if descriptor 2 is
+ * still the file it was, never into the program's data. */
 static bool stderr_open;
 static dev_t stderr_dev;
 static ino_t stderr_ino;
 
-void hak_stats_init(void) {
+void hak_stderr_remember(void) {
     struct stat st;
     int saved = errno;
     if (fstat(2, &st) == 0) {
@@ -135,11 +134,17 @@ void hak_stats_init(void) {
     errno = saved;
 }
 
-__attribute__((destructor)) static void stats_at_exit(void) {
-    if (!hak_opt.stats || !stderr_open) return;
+bool hak_stderr_unchanged(void) {
     struct stat st;
-    if (fstat(2, &st) != 0 || st.st_dev != stderr_dev || st.st_ino != stderr_ino)
-        return;   /* stderr closed, or another file in its place */
+    int saved = errno;
+    bool same = stderr_open && fstat(2, &st) == 0 && st.st_dev == stderr_dev &&
+                st.st_ino == stderr_ino;
+    errno = saved;
+    return same;
+}
+
+__attribute__((destructor)) static void stats_at_exit(void) {
+    if (!hak_opt.stats || !hak_stderr_unchanged()) return;   /* closed, or replaced */
     sink_t k = { NULL, 2 };
     print_report(&k);
 }

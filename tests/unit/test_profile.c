@@ -473,13 +473,40 @@ static void test_sampled_double_free(void **state)
     waitpid(pid, &st, 0);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
         fail_msg("the child was not stopped by abort (status 0x%x)", st);
+    /* The heap of sampled blocks keeps no empty slab: the block's slab may
+     * have been retired and its SuperSlab cached (tagged given back), which
+     * the check says instead. */
     char *text = read_file(log);
-    if (text == NULL || strstr(text, "hakmem: free(): double free of") == NULL)
+    if (text == NULL || (strstr(text, "hakmem: free(): double free of") == NULL &&
+                         strstr(text, "hakmem: free(): block already given back to the OS") == NULL))
         fail_msg("no double-free message: %s", text ? text : "(no output)");
     free(text);
 }
 
 /* ---- leaks ------------------------------------------------------------------------ */
+/* The leak test's child: leaks site_leak's blocks, frees site_freed's. */
+static int leak_child(void)
+{
+    uint64_t rng = 99;
+    size_t n1, n2, b1, b2;
+    size_t *s1 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n1, &b1);
+    size_t *s2 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n2, &b2);
+    void **l = malloc(n1 * sizeof *l), **f = malloc(n2 * sizeof *f);
+    site_leak(l, s1, n1);
+    site_freed(f, s2, n2);
+    free_all(f, n2);
+    /* this process's addresses of the two sites, for the test to look for */
+    site_t leak = SITE_OF(leak), freed = SITE_OF(freed);
+    char path[340];
+    snprintf(path, sizeof path, "%s/leak_sites.txt", g_dir);
+    FILE *o = fopen(path, "w");
+    if (o == NULL) _exit(125);
+    fprintf(o, "%zx %zx %zx %zx\n", (size_t)leak.lo, (size_t)leak.hi, (size_t)freed.lo,
+            (size_t)freed.hi);
+    fclose(o);
+    exit(0);                   /* the report is written at exit */
+}
+
 static void test_leak_report(void **state)
 {
     (void)state;
@@ -489,17 +516,13 @@ static void test_leak_report(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* Started again with stderr on the log, as `prog 2>log` is: the
+         * report goes only to the stderr hakmem found at start-up. */
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
-        uint64_t rng = 99;
-        size_t n1, n2, b1, b2;
-        size_t *s1 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n1, &b1);
-        size_t *s2 = draw_sizes(&rng, 4 * KiB, 64 * KiB, 48 * MiB, &n2, &b2);
-        void **l = malloc(n1 * sizeof *l), **f = malloc(n2 * sizeof *f);
-        site_leak(l, s1, n1);
-        site_freed(f, s2, n2);
-        free_all(f, n2);
-        exit(0);                   /* the report is written at exit */
+        setenv("HAK_PROFILE_LEAK_CHILD", "1", 1);
+        execl("/proc/self/exe", "test_profile", (char *)NULL);
+        _exit(127);
     }
     int st;
     waitpid(pid, &st, 0);
@@ -507,7 +530,15 @@ static void test_leak_report(void **state)
     char *text = read_file(log);
     assert_non_null(text);
     if (strstr(text, "leak report (sampled") == NULL) fail_msg("no sampled leak report:\n%s", text);
-    site_t leak = SITE_OF(leak), freed = SITE_OF(freed);
+    site_t leak = SITE_OF(leak), freed = SITE_OF(freed);     /* the child's, read: */
+    char sites_path[340];
+    snprintf(sites_path, sizeof sites_path, "%s/leak_sites.txt", g_dir);
+    char *sites = read_file(sites_path);
+    assert_non_null(sites);
+    size_t v[4];
+    assert_int_equal(sscanf(sites, "%zx %zx %zx %zx", &v[0], &v[1], &v[2], &v[3]), 4);
+    leak.lo = v[0], leak.hi = v[1], freed.lo = v[2], freed.hi = v[3];
+    free(sites);
     bool found = false;
     for (char *s = text; (s = strstr(s, " 0x")) != NULL; s++) {
         uintptr_t a = (uintptr_t)strtoull(s + 1, NULL, 16) - 1;
@@ -1064,6 +1095,7 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(g_dir, sizeof g_dir, "%s", dir);
+    if (getenv("HAK_PROFILE_LEAK_CHILD") != NULL) return leak_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_pprof),
