@@ -170,10 +170,7 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
     h->chunk_kind = chunk_kind;
-    /* A heap of sampled blocks refills once a sample: an empty slab kept
-     * for it would hold a span per class, and the spans of 40 classes
-     * fragment its SuperSlabs (8-10 held for about 70 live samples). */
-    h->keep_spares = HAK_SPARES_NONE;
+    h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
     h->sample_left = INT64_MAX;
     h->prof_ready = true;
     return h;
