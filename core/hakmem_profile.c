@@ -1408,14 +1408,19 @@ static void on_signal(int sig) {
 
 /* At a sampled allocation after the signal: PATH.N.  Never waits for
  * another dump (that thread may hold the loader's lock we would need). */
-static void dump_on_signal(void) {
-    if (!atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed)) return;
-    if (hak_opt.profile[0] == '\0' || !hak_trylock(&dump_lock)) return;
+/* The next numbered profile, PATH.N (dump_lock held). */
+static void dump_numbered(void) {
     char suffix[24];
-    int saved = errno;
     snprintf(suffix, sizeof suffix, ".%u",
              atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
     dump_to(hak_opt.profile, suffix);
+}
+
+static void dump_on_signal(void) {
+    if (!atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed)) return;
+    if (hak_opt.profile[0] == '\0' || !hak_trylock(&dump_lock)) return;
+    int saved = errno;
+    dump_numbered();
     hak_unlock(&dump_lock);
     errno = saved;
 }
@@ -1532,12 +1537,8 @@ __attribute__((destructor)) static void profile_at_exit(void) {
     hak_lock(&dump_lock);
     /* A signal after the last sampled allocation still gets its PATH.N. */
     if (atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed) &&
-        hak_opt.profile[0] != '\0') {
-        char suffix[24];
-        snprintf(suffix, sizeof suffix, ".%u",
-                 atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
-        dump_to(hak_opt.profile, suffix);
-    }
+        hak_opt.profile[0] != '\0')
+        dump_numbered();
     if (hak_opt.profile[0] != '\0' && dump_to(hak_opt.profile, "") != 0) {
         char line[160];
         const char *why = strerrorname_np(errno);    /* strerror may allocate */

@@ -54,7 +54,6 @@
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
-
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
 static _Atomic int purger_wake;        /* futex word: wake up early */
