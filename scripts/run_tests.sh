@@ -112,7 +112,7 @@ TOTAL_FAIL=0
 # row; the other rows stay at 1.
 #
 # The stress tests and the mechanisms they drive:
-#   tiers         SuperSlab tiers HOT -> DRAINING -> FREE, give-back, trim
+#   tiers         SuperSlab states HOT -> DRAINING -> FREE, give-back, trim
 #   remote_free   remote frees under contention; remotely freed memory reused
 #   mt_stress     every tier and the aligned calls across 8 threads, most
 #                 frees remote; realloc ping-pong across tiers and threads
@@ -136,7 +136,7 @@ TOTAL_FAIL=0
 #                 large block is moved out of (realloc growing it, calloc
 #                 gathering cached pieces: move_range, core/hakmem_large.c)
 #                 stay reserved as dead space (hak_chunk_retire_moved), which
-#                 running out of memory must give back (hak_os_release_dead)
+#                 running out of memory must give back (hak_chunk_release_dead)
 #
 # Why each setting runs what it runs (it changes the code these drive):
 #   none           everything, at STRESS_SCALE=8; the hardened build:

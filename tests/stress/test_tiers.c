@@ -1,4 +1,4 @@
-/* SuperSlab tier transitions under load (HOT -> DRAINING -> FREE and back).
+/* SuperSlab state transitions under load (HOT -> DRAINING -> FREE and back).
  *
  * test_tiers_single
  *     One thread allocates ~200 MiB (x STRESS_SCALE when that is more) in

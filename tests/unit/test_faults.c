@@ -125,9 +125,9 @@ static bool holds_words(const char *err, const char *words)
 {
     for (const char *w = words;;) {
         const char *bar = strchr(w, '|');
-        size_t n = bar != NULL ? (size_t)(bar - w) : strlen(w);
-        for (const char *p = err; (p = strchr(p, w[0])) != NULL; p++)
-            if (strncmp(p, w, n) == 0) return true;
+        char one[128];
+        snprintf(one, sizeof one, "%.*s", (int)(bar != NULL ? bar - w : (ptrdiff_t)strlen(w)), w);
+        if (strstr(err, one) != NULL) return true;
         if (bar == NULL) return false;
         w = bar + 1;
     }
