@@ -126,6 +126,41 @@ static void heap_abandon_locked(hak_heap_t *h) {
     atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
+/* Caller holds heap_lock: h, just taken, has a thread again. */
+static void heap_activate_locked(hak_heap_t *h) {
+    __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
+    h->keep_spares = HAK_SPARES_REFILL;
+    __atomic_fetch_add(&active_count, 1, __ATOMIC_RELAXED);
+}
+
+/* The calling thread runs on h (taken and activated): its parked slabs
+ * with room serve again. */
+static void heap_attach(hak_heap_t *h) {
+    hak_tls_own_heap = h;
+    if (!hak_opt.stats) hak_tls_fast_heap = h;
+    h->slow_at_attach = h->slow_count;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
+    /* May allocate (keys past the first block); the heap is set. */
+    if (heap_key_ready) pthread_setspecific(heap_key, h);
+    hak_slab_collect_notified(h);
+    hak_slab_unpark_all(h);
+}
+
+/* The calling thread leaves h (exit, or it takes over another heap): the
+ * rings go back to the slabs and every slab is parked.  It keeps one empty
+ * slab per class and one empty SuperSlab for the next thread; its other
+ * empty slabs are retired (their pages stay resident and stamped, free for
+ * any class), so its SuperSlabs can empty out.  Returns whether the purger
+ * is due. */
+static bool heap_detach(hak_heap_t *h) {
+    h->keep_spares = HAK_SPARES_ONE;
+    heap_reclaim(h);
+    bool kick = hak_heap_kick_due(h);
+    hak_tls_fast_heap = &hak_empty_heap;
+    hak_tls_own_heap = NULL;
+    return kick;
+}
+
 /* The calling thread's heap, made or adopted on first use.  With
  * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
  * takes a slow path that counts it: statistics cost nothing when off. */
@@ -134,21 +169,60 @@ hak_heap_t *hak_heap_for_thread(void) {
     if (tls_thread_done) return NULL;
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked();
-    if (h != NULL) {
-        __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
-        h->keep_spares = HAK_SPARES_REFILL;
-        __atomic_fetch_add(&active_count, 1, __ATOMIC_RELAXED);
-    }
+    if (h != NULL) heap_activate_locked(h);
     hak_unlock(&heap_lock);
     if (h == NULL) return NULL;
-    hak_tls_own_heap = h;
-    if (!hak_opt.stats) hak_tls_fast_heap = h;
-    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
-    /* May allocate (keys past the first block); the heap is set. */
-    if (heap_key_ready) pthread_setspecific(heap_key, h);
-    hak_slab_collect_notified(h);
-    hak_slab_unpark_all(h);      /* an adopted heap's slabs serve again */
+    heap_attach(h);
     return h;
+}
+
+/* A thread that has barely used its heap (fewer than TAKEOVER_SLOW slow
+ * paths since it got it), or has none yet, frees a block of abandoned heap
+ * a.  It has most likely taken over the work of the thread that left a (a
+ * server's new worker; Larson's successor, started before its predecessor
+ * had exited, so it got another heap), and will go on freeing a's blocks:
+ * it runs on a from now on, so those frees are local rather than remote,
+ * and its own heap is abandoned as at thread exit, warm, for the next
+ * thread.  At most once per thread, so a thread that frees into many
+ * abandoned heaps (main, freeing what its workers left) moves at most once,
+ * and only while young.  Returns the thread's heap now, NULL if it stayed;
+ * *kick: the heap it left stamped enough to start the purger. */
+#define TAKEOVER_SLOW 64
+static __thread bool tls_took_over;
+
+hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
+    hak_heap_t *h = hak_tls_own_heap;
+    *kick = false;
+    if (tls_took_over || tls_thread_done) return NULL;
+    if (h != NULL && h->slow_count - h->slow_at_attach >= TAKEOVER_SLOW) return NULL;
+    if (hak_heap_state(a) != HAK_HEAP_ABANDONED) return NULL;
+    tls_took_over = true;
+    hak_lock(&heap_lock);
+    /* Only from the list: housekeeping may hold it off the list meanwhile. */
+    hak_heap_t **link = &heaps_abandoned, *prev = NULL;
+    while (*link != NULL && *link != a) {
+        prev = *link;
+        link = &prev->next_free;
+    }
+    bool found = *link == a;
+    if (found) {
+        *link = a->next_free;
+        if (heaps_abandoned_tail == a) heaps_abandoned_tail = prev;
+        a->next_free = NULL;
+        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+        heap_activate_locked(a);
+    }
+    hak_unlock(&heap_lock);
+    if (!found) return NULL;
+    if (h != NULL) {
+        *kick = heap_detach(h);
+        hak_lock(&heap_lock);
+        heap_abandon_locked(h);
+        __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED);
+        hak_unlock(&heap_lock);
+    }
+    heap_attach(a);
+    return a;
 }
 
 /* An allocation from heap h that nothing samples: the fast path, then the
@@ -269,21 +343,13 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
     *dirty_pages = d;
 }
 
-/* The thread is exiting (its key's destructor, hakmem_init.c).  Its rings
- * go back to the slabs and the heap waits for a new thread, warm: threads
- * that come and go (a server's workers, Larson) adopt it at once.  It
- * keeps one empty slab per class and one empty SuperSlab for that thread;
- * its other empty slabs are retired (their pages stay resident and
- * stamped, free for any class), so its SuperSlabs can empty out.  What no
- * thread takes goes back by time.
- * Returns HAK_EXIT_* flags. */
+/* The thread is exiting (its key's destructor, hakmem_init.c).  Its heap
+ * waits for a new thread, warm (heap_detach): threads that come and go (a
+ * server's workers, Larson) adopt it at once.  What no thread takes goes
+ * back by time.  Returns HAK_EXIT_* flags. */
 unsigned hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_own_heap) return 0;
-    h->keep_spares = HAK_SPARES_ONE;
-    heap_reclaim(h);
-    unsigned todo = hak_heap_kick_due(h) ? HAK_EXIT_KICK : 0;
-    hak_tls_fast_heap = &hak_empty_heap;
-    hak_tls_own_heap = NULL;
+    unsigned todo = heap_detach(h) ? HAK_EXIT_KICK : 0;
     tls_thread_done = true;
     hak_lock(&heap_lock);
     heap_abandon_locked(h);

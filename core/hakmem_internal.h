@@ -199,6 +199,10 @@ HAK_INTERNAL void  hak_profile_fork_child(void);
 /* The calling thread's heap, made or adopted now if it has none (hakmem
  * is started: the caller's job, as for every heap function). */
 HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
+/* A young thread (or one with no heap yet) freeing into abandoned heap a
+ * takes a over as its heap (hakmem_heap.c): returns it, or NULL; *kick:
+ * start the purger. */
+HAK_INTERNAL hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick);
 /* exit_fn: the destructor of the key that holds each thread's heap
  * (hakmem_init.c's thread_exit, which calls hak_heap_thread_exit). */
 HAK_INTERNAL void hak_heap_init(void (*exit_fn)(void *heap));

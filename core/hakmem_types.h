@@ -61,9 +61,10 @@
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
  * first remote free into it hands it to the owner's notify stack.  When a
  * thread exits its rings are flushed and its heap abandoned, warm, with
- * every slab parked and armed; the next new thread adopts it whole, and
- * meanwhile remote frees into it wake the purger, which collects them (as
- * running threads' housekeeping does now and then).  Heaps are never
+ * every slab parked and armed; the next new thread adopts it whole (or a
+ * young thread freeing into it takes it over: the successor of the thread
+ * that left it), and meanwhile remote frees into it wake the purger, which
+ * collects them (as running threads' housekeeping does now and then).  Heaps are never
  * unmapped, which is what lets a remote free read slab->owner and push
  * without a lock.
  */
@@ -214,6 +215,8 @@ typedef struct hak_heap {
     uint16_t         state_countdown[HAK_NUM_CLASSES]; /* refills to the next
                                                  SuperSlab state check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
+    unsigned         slow_at_attach; /* slow_count when its thread got it:
+                                      how young the thread is here (take-over) */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
     uint8_t          keep_spares;  /* HAK_SPARES_*: the empty slabs and
                                       SuperSlab it keeps for the next refills */

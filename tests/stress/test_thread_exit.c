@@ -27,6 +27,16 @@
  * test_exit_memory_trimmed
  *     The same, but hak_trim(0) gives it back at once.
  *
+ * test_exit_successor_takes_over
+ *     Two threads overlap; the second allocates 512 blocks, and both exit
+ *     (the first one first, so the next new thread adopts another heap than
+ *     the second's).  A new thread, after one malloc, frees those 512 blocks
+ *     and allocates 512 of the same size: it must get (most of) the same
+ *     addresses back, because a young thread freeing into an abandoned heap
+ *     takes that heap over.  Then the main thread, made old first (more than
+ *     a young thread's slow paths), frees the blocks of another such heap and
+ *     allocates: it keeps its own heap, so it gets none of them.
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the tests check. */
 #include <pthread.h>
@@ -382,6 +392,106 @@ static void test_exit_memory_trimmed(void **state)
     assert_int_equal(after.ss_free, 0);
 }
 
+/* ==== a young thread freeing an exited thread's blocks takes its heap ===== */
+#define TO_BLOCKS 512
+#define TO_SIZE   64
+
+static item_t to_tab[TO_BLOCKS];
+static sem_t to_allocated, to_first_gone;
+static void *to_addr[TO_BLOCKS];
+
+/* The first thread: has a heap while the second allocates, exits first. */
+static void *to_first(void *arg)
+{
+    (void)arg;
+    item_t it;
+    item_new(&it, TO_SIZE, 1, "to-first");
+    sem_wait(&to_allocated);
+    item_free(&it, "to-first");
+    return NULL;
+}
+
+static void *to_second(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < TO_BLOCKS; i++) {
+        item_new(&to_tab[i], TO_SIZE, 0x70000u + (uint64_t)i, "to-second");
+        to_addr[i] = to_tab[i].p;
+    }
+    sem_post(&to_allocated);
+    sem_wait(&to_first_gone);     /* exits after the first */
+    return NULL;
+}
+
+/* Leaves TO_BLOCKS blocks in to_tab, allocated by a thread that exited
+ * after another one that had a heap at the same time. */
+static void to_leave_heap(void)
+{
+    pthread_t a, b;
+    assert_int_equal(sem_init(&to_allocated, 0, 0), 0);
+    assert_int_equal(sem_init(&to_first_gone, 0, 0), 0);
+    assert_int_equal(pthread_create(&a, NULL, to_first, NULL), 0);
+    assert_int_equal(pthread_create(&b, NULL, to_second, NULL), 0);
+    assert_int_equal(pthread_join(a, NULL), 0);
+    sem_post(&to_first_gone);
+    assert_int_equal(pthread_join(b, NULL), 0);
+}
+
+/* Frees to_tab's blocks, allocates as many of the same size, and says how
+ * many came back at an address of the freed ones. */
+static int to_free_and_reuse(void)
+{
+    for (int i = 0; i < TO_BLOCKS; i++) item_free(&to_tab[i], "to-free");
+    item_t fresh[TO_BLOCKS];
+    int reused = 0;
+    for (int i = 0; i < TO_BLOCKS; i++) {
+        item_new(&fresh[i], TO_SIZE, 0x71000u + (uint64_t)i, "to-fresh");
+        for (int j = 0; j < TO_BLOCKS; j++)
+            if (fresh[i].p == to_addr[j]) {
+                reused++;
+                break;
+            }
+    }
+    for (int i = 0; i < TO_BLOCKS; i++) item_free(&fresh[i], "to-fresh");
+    return reused;
+}
+
+static void *to_successor(void *arg)
+{
+    void *own = malloc(TO_SIZE);      /* adopts a heap: not the second's */
+    free(own);
+    *(int *)arg = to_free_and_reuse();
+    return NULL;
+}
+
+static void test_exit_successor_takes_over(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    to_leave_heap();
+    int reused = -1;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, to_successor, &reused), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    print_message("successor: %d of %d blocks at the freed addresses\n", reused, TO_BLOCKS);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_true(reused >= TO_BLOCKS / 2);
+
+    /* An old thread keeps its heap: main, after many slow paths (a slab
+     * runs dry every 64 of these 1 KiB blocks). */
+    enum { OLD_BLOCKS = 64 * 100 };
+    void **b = malloc(OLD_BLOCKS * sizeof *b);
+    assert_non_null(b);
+    for (int i = 0; i < OLD_BLOCKS; i++) b[i] = malloc(1024);
+    for (int i = 0; i < OLD_BLOCKS; i++) free(b[i]);
+    free(b);
+    to_leave_heap();
+    reused = to_free_and_reuse();
+    print_message("main: %d of %d blocks at the freed addresses\n", reused, TO_BLOCKS);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_int_equal(reused, 0);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[] = {
@@ -389,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_exit_sequential_heaps),
         cmocka_unit_test(test_exit_memory_swept_by_running_thread),
         cmocka_unit_test(test_exit_memory_trimmed),
+        cmocka_unit_test(test_exit_successor_takes_over),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }
