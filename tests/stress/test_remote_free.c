@@ -18,11 +18,13 @@
  *     remotely: the number of SuperSlabs in use (hak_get_info: HOT +
  *     DRAINING) must stay within a quarter batch of round 1's and must not
  *     trend upwards (the fewest of the later rounds against the earlier's),
- *     nor must the resident size grow.
+ *     nor must the resident size grow (by more than 16 MiB; with the heap
+ *     profiler on, by one batch more: see the test).
  *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the test checks at the end. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -274,7 +276,18 @@ static void test_remote_free_reuse(void **state)
     if (late_floor > early_floor + 2 + rounds / 16)
         fail_msg("SuperSlabs in use grow: at least %zu in rounds 2-%zu, %zu in rounds %zu-%zu",
                  early_floor, mid, late_floor, mid + 1, rounds);
-    assert_true(rss[rounds - 1] <= rss[1] + ((size_t)16 << 20));
+    /* The resident size may not grow by more than 16 MiB either.  With the
+     * heap profiler on (HAKMEM_PROFILE), sampled blocks live in the
+     * profiler's heap, and which blocks are sampled changes every round
+     * (sampling goes by bytes, so most big blocks are): main's heap and the
+     * profiler's each come to hold slabs for their changing share of the
+     * same classes, up to one batch between them (seen: 18-22 MiB over 12
+     * rounds, 34 MiB over 96), which the purge delay gives back later. */
+    const char *prof = getenv("HAKMEM_PROFILE");
+    size_t rss_slack = ((size_t)16 << 20) + (prof != NULL && *prof != '\0' ? bytes : 0);
+    if (rss[rounds - 1] > rss[1] + rss_slack)
+        fail_msg("resident size grew from %zu KiB in round 2 to %zu KiB in round %zu (bound: +%zu KiB)",
+                 rss[1] >> 10, rss[rounds - 1] >> 10, rounds, rss_slack >> 10);
     free(ss);
     free(rss);
 }
