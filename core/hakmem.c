@@ -44,6 +44,7 @@ HAK_ALLOC_PATH static void *large_alloc(size_t size, size_t align, bool zero) {
     bool sample = hak_unlikely(hak_profile_on) && hak_profile_large_due(size);
     void *p = hak_large_alloc(size, align, zero);
     if (p == NULL) return NULL;
+    hak_purge_kick();        /* for its free, which may not start the purger */
     atomic_fetch_add_explicit(&hak_large_live, 1, memory_order_relaxed);
     if (hak_opt.stats) hak_stats_alloc(HAK_NUM_CLASSES, hak_large_usable(p));
     if (sample) hak_profile_large_sampled(p, size);
@@ -57,9 +58,15 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
 static void *malloc_slow(size_t size, hak_heap_t *h);
 
 /* What the layers below stamped for the purger starts it, now that no
- * lock is held. */
+ * lock is held; a malloc also starts it for an earlier free that asked. */
 static inline void purge_kick_due(hak_heap_t *h) {
-    if (hak_heap_kick_due(h)) hak_purge_kick();
+    if (hak_heap_kick_due(h) || atomic_load_explicit(&hak_purge_wanted, memory_order_relaxed))
+        hak_purge_kick();
+}
+
+/* The same from free, which never starts a thread (hak_purge_request). */
+static inline void purge_request_due(hak_heap_t *h) {
+    if (hak_heap_kick_due(h)) hak_purge_request();
 }
 
 /* The empty heap's slow path: a thread's first allocation, or with
@@ -190,7 +197,7 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
  * with room), a full ring.  What they stamp starts the purger here. */
 static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
     hak_slab_free_slow(h, s);
-    purge_kick_due(h);
+    purge_request_due(h);
 }
 
 /* A block of the 32-byte cache's slabs comes here too: their ring is the
@@ -202,7 +209,7 @@ static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     } else {
         hak_pool_free_ring_full(h, r, p);
     }
-    purge_kick_due(h);
+    purge_request_due(h);
 }
 
 /* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
@@ -235,7 +242,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
         bool cached = hak_large_free(p);     /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
-        if (cached) hak_purge_kick();
+        if (cached) hak_purge_request();
         return;
     }
     if (kind == HAK_CHUNK_SS) {
@@ -244,10 +251,10 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (s->owner != h) {
             bool kick;
             hak_heap_t *taken = hak_heap_take_over(s->owner, &kick);
-            if (kick) hak_purge_kick();
+            if (kick) hak_purge_request();
             if (taken == NULL) {
                 if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], true);
-                if (hak_remote_free(s, p)) hak_purge_kick();
+                if (hak_remote_free(s, p)) hak_purge_request();
                 return;
             }
             h = taken;       /* the block is the thread's own now */
@@ -260,7 +267,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         } else if (!hak_pool_free(s->ring, p)) {
             hak_pool_free_ring_full(h, s->ring, p);
         }
-        purge_kick_due(h);
+        purge_request_due(h);
         return;
     }
     __libc_free(p);
@@ -324,7 +331,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         bool cached;
         void *q = hak_large_realloc(p, size, &cached);
-        if (cached) hak_purge_kick();
+        if (cached) hak_purge_request();
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
         if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
         return q;

@@ -67,6 +67,13 @@ HAK_INTERNAL void hak_hardened_unlock_all(void);
  * be made, the slow paths.  The purge functions return how many ms until
  * the next stamped item falls due, HAK_PURGE_NONE if none is left. */
 HAK_INTERNAL void hak_purge_kick(void);
+/* The same from free(), which never starts a thread: glibc calls free with
+ * its own locks held (the thread-stack cache's, freeing an exited thread's
+ * TLS), and pthread_create would wait for them forever.  A running purger
+ * is woken if it idles; else the next malloc slow path starts one
+ * (hak_purge_wanted). */
+HAK_INTERNAL void hak_purge_request(void);
+HAK_INTERNAL extern _Atomic int hak_purge_wanted;
 HAK_INTERNAL bool hak_purge_everything(void);
 HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);
@@ -90,8 +97,10 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
 }
 
 /* The layers below reclamation only count what they stamp
- * (h->purge_pending); whoever called them asks this when it holds no lock,
- * and starts the purger (hak_purge_kick) if h has stamped
+ * (h->purge_pending; a new SuperSlab counts as HAK_PURGE_KICK_MIN, so the
+ * purger runs before the memory it will give back is freed); whoever called
+ * them asks this when it holds no lock, and starts the purger
+ * (hak_purge_kick, or from free hak_purge_request) if h has stamped
  * HAK_PURGE_KICK_MIN bytes since it was last asked. */
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;

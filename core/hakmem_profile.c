@@ -966,7 +966,7 @@ void hak_profile_free(void *p) {
     hak_pool_return_block(b, p);      /* back to its slab; empty slabs retire */
     bool kick = hak_heap_kick_due(b); /* b is used under pl->lock only */
     prof_unlock(&pl->lock);
-    if (kick) hak_purge_kick();
+    if (kick) hak_purge_request();
 }
 
 /* malloc_trim: the heaps of sampled blocks keep no spare slabs either, so

@@ -22,11 +22,18 @@
  * Who: a purger thread.  A heap that has stamped HAK_PURGE_KICK_MIN bytes
  * with no purger running starts one (hak_purge_kick: the layers below only
  * count what they stamp, and hakmem.c's slow paths, housekeeping and a
- * thread's exit ask, hak_heap_kick_due; a freed large mapping starts one
- * too, and a remote free into the heap of an exited thread);
- * it sleeps until the next stamp falls due, gives back what is due, and
- * exits once nothing is left, so an idle program has no purger and costs
- * nothing.  It blocks every signal, is detached, exits when it is the
+ * thread's exit ask, hak_heap_kick_due), and so does a heap that maps a new
+ * SuperSlab and a new large block, so that one runs before the memory it
+ * will give back is freed: free() never starts a thread (glibc calls free
+ * with its own locks held, the thread-stack cache's among them, which
+ * pthread_create takes: a purger started from there deadlocked Larson), it
+ * only wakes an idle purger (hak_purge_request) or, with none, leaves it to
+ * the next malloc slow path (hak_purge_wanted).  The purger sleeps until the
+ * next stamp falls due, gives back what is due, idles PURGER_LINGER more
+ * (10 delays, 1 to 60 s) for what the program frees next, and exits once
+ * nothing is left, so an idle program has no purger and costs nothing.
+ * (Memory freed after the purger has gone, with no malloc after it, waits
+ * for the next malloc slow path.)  It blocks every signal, is detached, exits when it is the
  * process's last thread (so it never keeps a process alive whose main
  * thread called pthread_exit: the last thread with a heap wakes it as it
  * exits), and after fork() the child starts its own when it next needs
@@ -59,6 +66,8 @@ static _Atomic int purger_running;
 static _Atomic int purger_wake;        /* futex word: wake up early */
 static bool purge_no_thread;           /* a purger could not be made */
 static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due */
+static _Atomic int purger_idle;        /* nothing stamped: it waits for a wake */
+_Atomic int hak_purge_wanted;          /* a free found no purger: malloc starts one */
 
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
@@ -120,9 +129,26 @@ static void *purger_main(void *arg) {
     /* Items falling due close together are taken in one wake-up. */
     uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
     uint32_t ending = 1;     /* ms: poll interval once no thread has a heap */
+    uint32_t linger = delay * 10 < 1000 ? 1000 : delay * 10 > 60000 ? 60000 : delay * 10;
+    uint32_t idle_since = 0; /* hak_now_ms() | 1 when the passes found nothing */
     for (;;) {
         if (purger_alone()) break;
         uint32_t wait = purger_pass();
+        if (wait != HAK_PURGE_NONE) idle_since = 0;
+        if (wait == HAK_PURGE_NONE && hak_heap_active_count() != 0) {
+            /* Idle for a while: the program's next frees find a purger (they
+             * cannot start one).  A free that stamps after the idle flag is
+             * up wakes it; one before is seen by the second pass. */
+            uint32_t now = hak_now_ms();
+            if (idle_since == 0) idle_since = now | 1;
+            if (now - idle_since < linger) {
+                atomic_store(&purger_idle, 1);
+                if (purger_pass() == HAK_PURGE_NONE)
+                    hak_os_sleep_on(&purger_wake, linger - (now - idle_since));
+                atomic_store(&purger_idle, 0);
+                continue;
+            }
+        }
         if (wait == HAK_PURGE_NONE) {
             /* Going: anything stamped after the pass saw purger_running
              * set, or is seen by this second pass (stamps are made under
@@ -165,6 +191,7 @@ void hak_purge_kick(void) {
             atomic_store_explicit(&inline_due, due | 1, memory_order_relaxed);
         return;
     }
+    atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
     int expected = 0;
     if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
     if (!purger_start()) {
@@ -172,6 +199,20 @@ void hak_purge_kick(void) {
         atomic_store(&purger_running, 0);
         hak_purge_kick();
     }
+}
+
+/* The same from free: never starts a thread (see the top of this file). */
+void hak_purge_request(void) {
+    if (hak_opt.purge_delay_ms == 0) return;
+    if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) {
+        if (atomic_load(&purger_idle)) hak_os_wake(&purger_wake);
+        return;
+    }
+    if (purge_no_thread) {
+        hak_purge_kick();               /* sets inline_due only */
+        return;
+    }
+    atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
 }
 
 /* From the owners' slow paths (housekeeping) where no purger can run. */
@@ -253,6 +294,7 @@ void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
+    atomic_store_explicit(&purger_idle, 0, memory_order_relaxed);
     if (had && hak_tls_own_heap != NULL) hak_tls_own_heap->purge_pending = HAK_PURGE_KICK_MIN;
     hak_unlock(&purge_lock);
 }

@@ -48,6 +48,14 @@
  *     blocks (half calloc) keep every live block's contents and give
  *     nothing back.
  *
+ * test_free_starts_no_thread  (delay 100 ms)
+ *     free() never starts the purger (glibc calls free with its own locks
+ *     held, which pthread_create takes: Larson deadlocked that way).  A
+ *     24 MiB block is allocated (the purger starts), the purger is let go
+ *     (it idles 10 delays, at least 1 s, then exits), and the block freed:
+ *     still one thread, and the mapping stays cached.  The next malloc slow
+ *     path starts the purger, and the mapping goes back.
+ *
  * test_purger_ends_with_process  (delay 10 min)
  *     32 MiB freed (the purger runs), a thread started and gone, then the
  *     main thread ends with pthread_exit: the process ends with its last
@@ -57,6 +65,7 @@
  * stress_errors (stress_common.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -539,6 +548,64 @@ static int child_pthread_exit(void)
     pthread_exit(NULL);
 }
 
+/* Threads of this process, from /proc/self/stat (no allocation: an
+ * allocation could be the slow path that starts the purger). */
+static long threads_now(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    const char *q = strrchr(buf, ')');
+    long field = 2, v = -1;
+    for (; q != NULL && *q != '\0'; q++)
+        if (*q == ' ' && ++field == 20) {
+            v = strtol(q + 1, NULL, 10);
+            break;
+        }
+    return v;
+}
+
+static int child_free_no_thread(void)
+{
+    void *big = malloc(24 * MiB);
+    if (big == NULL) return 1;
+    memset(big, 0x5a, 24 * MiB);
+    long with_purger = threads_now();
+    long t = with_purger;
+    for (double t0 = st_now(); t > 1 && st_now() - t0 < 10;) {
+        sleep_ms(50);
+        t = threads_now();
+    }
+    if (t != 1) { printf("FAIL: the purger did not go (%ld threads)\n", t); return 1; }
+    free(big);                                /* the mapping is cached: a purge is due */
+    sleep_ms(300);
+    long after_free = threads_now();
+    hak_info_t held = info_now();
+    char *q = malloc(3000);                   /* a class not used yet: a slow path */
+    if (q == NULL) return 1;
+    q[0] = 1;
+    long after_malloc = threads_now();
+    hak_info_t back = held;
+    for (double t0 = st_now(); back.large_mapped != 0 && st_now() - t0 < 10;) {
+        sleep_ms(50);
+        back = info_now();
+    }
+    free(q);
+    printf("free starts no thread: %ld threads with the purger, %ld after the free (large cached "
+           "%zu KiB), %ld after the next malloc; large mapped %zu KiB after waiting\n", with_purger,
+           after_free, held.large_cached >> 10, after_malloc, back.large_mapped >> 10);
+    if (with_purger != 2) { printf("FAIL: the large block started no purger\n"); return 1; }
+    if (after_free != 1) { printf("FAIL: free started a thread\n"); return 1; }
+    if (held.large_cached == 0) { printf("FAIL: the freed mapping was not cached\n"); return 1; }
+    if (after_malloc != 2) { printf("FAIL: the malloc after the free started no purger\n"); return 1; }
+    if (back.large_mapped != 0) { printf("FAIL: the freed mapping stayed\n"); return 1; }
+    return 0;
+}
+
 /* Run this program as "--child NAME" with HAKMEM_PURGE_DELAY_MS=delay;
  * its stdout is shown; the test fails unless it exits with 0. */
 static void run_child(const char *name, const char *delay)
@@ -571,6 +638,7 @@ static void test_memory_back_after_delay(void **state) { (void)state; run_child(
 static void test_trim_reaches_live_thread(void **state) { (void)state; run_child("trim-live", "600000"); }
 static void test_fork_while_purge_due(void **state) { (void)state; run_child("fork", "50"); }
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
+static void test_free_starts_no_thread(void **state) { (void)state; run_child("free-no-thread", "100"); }
 static void test_purger_ends_with_process(void **state)
 {
     (void)state;
@@ -591,6 +659,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "trim-live") == 0) return child_trim_live();
         if (strcmp(argv[2], "fork") == 0) return child_fork();
         if (strcmp(argv[2], "large") == 0) return child_large();
+        if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
         if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
     }
@@ -604,6 +673,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_trim_reaches_live_thread),
         cmocka_unit_test(test_fork_while_purge_due),
         cmocka_unit_test(test_large_reuse),
+        cmocka_unit_test(test_free_starts_no_thread),
         cmocka_unit_test(test_purger_ends_with_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
