@@ -84,9 +84,17 @@ static _Atomic unsigned abandoned_count;
 static size_t active_count;   /* heaps with a thread: written under heap_lock,
                                  read by the purger without it (relaxed atomics) */
 
-static hak_heap_t *heap_new(void) {
+/* chunk_kind: 0, or HAK_CHUNK_PROF for a heap of sampled blocks; set
+ * before the heap is published (the purger reads it unlocked). */
+static hak_heap_t *heap_new(uint8_t chunk_kind) {
     hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
     if (h == NULL) return NULL;
+    h->chunk_kind = chunk_kind;
+    if (chunk_kind != 0) {                 /* no thread: used under a lock */
+        h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
+        h->sample_left = INT64_MAX;
+        h->prof_ready = true;
+    }
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->queue_head[c] = &hak_empty_slab;
         h->state_countdown[c] = (uint16_t)hak_opt.batch_state_check;
@@ -112,7 +120,7 @@ static hak_heap_t *heap_pop_abandoned_locked(void) {
 /* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
 static hak_heap_t *heap_take_locked(void) {
     hak_heap_t *h = heap_pop_abandoned_locked();
-    return h != NULL ? h : heap_new();
+    return h != NULL ? h : heap_new(0);
 }
 
 /* Abandoned heaps queue in order, so housekeeping sweeps each in turn. */
@@ -240,13 +248,8 @@ HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
 
 hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     hak_lock(&heap_lock);
-    hak_heap_t *h = heap_new();
+    hak_heap_t *h = heap_new(chunk_kind);
     hak_unlock(&heap_lock);
-    if (h == NULL) return NULL;
-    h->chunk_kind = chunk_kind;
-    h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
-    h->sample_left = INT64_MAX;
-    h->prof_ready = true;
     return h;
 }
 

@@ -22,18 +22,19 @@
  * Who: a purger thread.  A heap that has stamped HAK_PURGE_KICK_MIN bytes
  * with no purger running starts one (hak_purge_kick: the layers below only
  * count what they stamp, and hakmem.c's slow paths, housekeeping and a
- * thread's exit ask, hak_heap_kick_due), and so does a heap that maps a new
- * SuperSlab and a new large block, so that one runs before the memory it
- * will give back is freed: free() never starts a thread (glibc calls free
- * with its own locks held, the thread-stack cache's among them, which
- * pthread_create takes: a purger started from there deadlocked Larson), it
- * only wakes an idle purger (hak_purge_request) or, with none, leaves it to
- * the next malloc slow path (hak_purge_wanted).  The purger sleeps until the
- * next stamp falls due, gives back what is due, idles PURGER_LINGER more
- * (10 delays, 1 to 60 s) for what the program frees next, and exits once
- * nothing is left, so an idle program has no purger and costs nothing.
- * (Memory freed after the purger has gone, with no malloc after it, waits
- * for the next malloc slow path.)  It blocks every signal, is detached, exits when it is the
+ * thread's exit ask, hak_heap_kick_due), and so do a heap that maps a
+ * SuperSlab beyond its first and a new large block, so that one runs
+ * before the memory it will give back is freed: free() never starts a
+ * thread (glibc calls free with its own locks held, the thread-stack
+ * cache's among them, which pthread_create takes: a purger started from
+ * there deadlocked Larson); it only wakes an idle purger
+ * (hak_purge_request) or, with none, leaves it to the next malloc slow path
+ * (hak_purge_wanted).  The purger sleeps until the next stamp falls due,
+ * gives back what is due, idles a while more (10 delays, 1 to 60 s) for
+ * what the program frees next, and exits once nothing is left, so an idle
+ * program has no purger and costs nothing.  (Memory freed after the purger
+ * has gone, with no malloc after it, waits for the next malloc slow path.)
+ * It blocks every signal, is detached, exits when it is the
  * process's last thread (so it never keeps a process alive whose main
  * thread called pthread_exit: the last thread with a heap wakes it as it
  * exits), and after fork() the child starts its own when it next needs

@@ -112,9 +112,10 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     }
     ss->free_pages = ~(uint64_t)0;
     ss->owner = h;
-    /* The heap grew: its caller's malloc starts the purger if none runs,
-     * so that the frees to come find one (they may not start it). */
-    h->purge_pending += HAK_PURGE_KICK_MIN;
+    /* The heap grew past one SuperSlab: its caller's malloc starts the
+     * purger if none runs, so that the frees to come find one (they may not
+     * start it).  A heap of one SuperSlab never stamps enough to need it. */
+    if (h->ss_count != 0) h->purge_pending += HAK_PURGE_KICK_MIN;
     atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
     atomic_fetch_add_explicit(&hak_ss_count[HAK_SS_HOT], 1, memory_order_relaxed);
     ss_link(h, ss);
