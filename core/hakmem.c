@@ -97,6 +97,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
+    hak_heap_shrink_check(h);
     if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
     purge_kick_due(h);
     return p;
@@ -197,6 +198,7 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
  * with room), a full ring.  What they stamp starts the purger here. */
 static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
     hak_slab_free_slow(h, s);
+    hak_heap_shrink_check(h);
     purge_request_due(h);
 }
 

@@ -325,6 +325,14 @@ void hak_heap_trim_self(hak_heap_t *h) {
     h->keep_spares = keep;
 }
 
+/* The heap shrank to half since its rings were last flushed
+ * (hak_heap_shrink_check, hakmem_internal.h): the rings go back to the
+ * slabs. */
+void hak_heap_shrunk(hak_heap_t *h) {
+    h->shrink_mark = h->slab_pages;
+    heap_flush_rings(h);
+}
+
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);

@@ -213,6 +213,20 @@ HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
  * takes a over as its heap (hakmem_heap.c): returns it, or NULL; *kick:
  * start the purger. */
 HAK_INTERNAL hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick);
+/* A heap that has shrunk to half of what its slabs held since its rings
+ * were last flushed: the program freed most of its memory, and the blocks
+ * the rings keep (the last freed of each class, up to 48 or 16 a class,
+ * spread over every SuperSlab) would keep nearly all of them in use.  The
+ * rings go back to the slabs (hak_heap_shrunk), so slabs retire and
+ * SuperSlabs empty out; what the rings take from then on comes from what
+ * is left.  Owner, from its slow paths: a compare when nothing changed. */
+HAK_INTERNAL void hak_heap_shrunk(hak_heap_t *h);
+static inline void hak_heap_shrink_check(hak_heap_t *h) {
+    size_t pages = h->slab_pages;
+    if (pages > h->shrink_mark) h->shrink_mark = pages;
+    else if (hak_unlikely(pages < h->shrink_mark / 2) && h->shrink_mark >= 2 * HAK_SS_PAGES)
+        hak_heap_shrunk(h);
+}
 /* exit_fn: the destructor of the key that holds each thread's heap
  * (hakmem_init.c's thread_exit, which calls hak_heap_thread_exit). */
 HAK_INTERNAL void hak_heap_init(void (*exit_fn)(void *heap));

@@ -241,6 +241,8 @@ typedef struct hak_heap {
     hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
     size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
                                       written by the heap's owner only     */
+    size_t           shrink_mark;  /* most slab_pages since the rings were
+                                      last flushed (hak_heap_shrink_check) */
     struct hak_prof *prof;         /* the heap profiler's state of this heap
                                       (hakmem_profile.c), made with sample_left;
                                       in a heap of sampled blocks, the state of
