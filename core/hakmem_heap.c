@@ -203,6 +203,9 @@ hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
     *kick = false;
     if (tls_took_over || tls_thread_done) return NULL;
     if (h != NULL && h->slow_count - h->slow_at_attach >= TAKEOVER_SLOW) return NULL;
+    /* No heap waits (producer and consumer both alive): nothing to read of
+     * the owner's, whose lines its thread is writing. */
+    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
     if (hak_heap_state(a) != HAK_HEAP_ABANDONED) return NULL;
     tls_took_over = true;
     hak_lock(&heap_lock);

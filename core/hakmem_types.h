@@ -209,9 +209,13 @@ typedef struct hak_heap {
      * 32-byte cache block fails its push and free_ring_full's explicit
      * branch sends it to the cache. */
     hak_ring_t      *ring[HAK_NUM_CLASSES];
-    /* Written by other threads: a line of its own. */
+    /* Written by other threads: a line of its own, with what remote
+     * freers read of the owner (its state: a young thread's free checks
+     * whether it may take the heap over), which the owner seldom writes. */
     _Atomic(hak_slab_t *) notify __attribute__((aligned(64)));
-    char             pad_notify[64 - sizeof(void *)];
+    int              state;        /* written under heap_lock; remote freers
+                                      peek at it (relaxed)                  */
+    char             pad_notify[64 - sizeof(void *) - sizeof(int)];
     uint16_t         state_countdown[HAK_NUM_CLASSES]; /* refills to the next
                                                  SuperSlab state check, per class */
     unsigned         slow_count;   /* slow paths, to pace housekeeping     */
@@ -231,8 +235,6 @@ typedef struct hak_heap {
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
-    int              state;        /* written under heap_lock; remote freers
-                                      peek at it (relaxed)                  */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
     uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next ring
