@@ -93,7 +93,11 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
  * (hakmem_purge.c), and the purger if the layers below stamped enough. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
     if (h == &hak_empty_heap) return malloc_first(size);
-    if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) return hak_profile_alloc(size);
+    if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) {
+        void *q = hak_profile_alloc(size);
+        purge_kick_due(h);       /* a free may have asked for the purger */
+        return q;
+    }
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
