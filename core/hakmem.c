@@ -258,14 +258,13 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
             bool kick;
             hak_heap_t *taken = hak_heap_take_over(s->owner, &kick);
             if (kick) hak_purge_request();
-            if (taken == NULL) {
-                if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], true);
-                if (hak_remote_free(s, p)) hak_purge_request();
-                return;
-            }
-            h = taken;       /* the block is the thread's own now */
+            if (taken != NULL) h = taken;       /* the block is the thread's own now */
         }
-        if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], false);
+        if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
+        if (s->owner != h) {
+            if (hak_remote_free(s, p)) hak_purge_request();
+            return;
+        }
         if (s->tier == HAK_TIER_TINY) {
             if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
         } else if (hak_c2_cache_block(s)) {

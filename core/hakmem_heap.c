@@ -90,11 +90,6 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
     hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
     if (h == NULL) return NULL;
     h->chunk_kind = chunk_kind;
-    if (chunk_kind != 0) {                 /* no thread: used under a lock */
-        h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
-        h->sample_left = INT64_MAX;
-        h->prof_ready = true;
-    }
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->queue_head[c] = &hak_empty_slab;
         h->state_countdown[c] = (uint16_t)hak_opt.batch_state_check;
@@ -106,21 +101,22 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
     return h;
 }
 
-static hak_heap_t *heap_pop_abandoned_locked(void) {
-    hak_heap_t *h = heaps_abandoned;
-    if (h != NULL) {
-        heaps_abandoned = h->next_free;
-        if (heaps_abandoned == NULL) heaps_abandoned_tail = NULL;
-        h->next_free = NULL;
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
-    }
-    return h;
+/* Takes h, which follows prev (NULL: h is the head), off the abandoned
+ * list.  Caller holds heap_lock. */
+static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
+    if (prev != NULL) prev->next_free = h->next_free;
+    else heaps_abandoned = h->next_free;
+    if (heaps_abandoned_tail == h) heaps_abandoned_tail = prev;
+    h->next_free = NULL;
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
 /* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
 static hak_heap_t *heap_take_locked(void) {
-    hak_heap_t *h = heap_pop_abandoned_locked();
-    return h != NULL ? h : heap_new(0);
+    hak_heap_t *h = heaps_abandoned;
+    if (h == NULL) return heap_new(0);
+    heap_unlink_abandoned_locked(h, NULL);
+    return h;
 }
 
 /* Abandoned heaps queue in order, so housekeeping sweeps each in turn. */
@@ -169,6 +165,16 @@ static bool heap_detach(hak_heap_t *h) {
     return kick;
 }
 
+/* h, detached, joins the abandoned heaps; true when no thread has a heap
+ * any more. */
+static bool heap_leave(hak_heap_t *h) {
+    hak_lock(&heap_lock);
+    heap_abandon_locked(h);
+    bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
+    hak_unlock(&heap_lock);
+    return last;
+}
+
 /* The calling thread's heap, made or adopted on first use.  With
  * HAKMEM_STATS the fast paths keep seeing the empty heap, so every call
  * takes a slow path that counts it: statistics cost nothing when off. */
@@ -196,13 +202,16 @@ hak_heap_t *hak_heap_for_thread(void) {
  * and only while young.  Returns the thread's heap now, NULL if it stayed;
  * *kick: the heap it left stamped enough to start the purger. */
 #define TAKEOVER_SLOW 64
-static __thread bool tls_took_over;
+static __thread bool tls_took_over;   /* or is too old to */
 
 hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
     hak_heap_t *h = hak_tls_own_heap;
     *kick = false;
     if (tls_took_over || tls_thread_done) return NULL;
-    if (h != NULL && h->slow_count - h->slow_at_attach >= TAKEOVER_SLOW) return NULL;
+    if (h != NULL && h->slow_count - h->slow_at_attach >= TAKEOVER_SLOW) {
+        tls_took_over = true;   /* old now, for good: one test from here on */
+        return NULL;
+    }
     /* No heap waits (producer and consumer both alive): nothing to read of
      * the owner's, whose lines its thread is writing. */
     if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
@@ -210,27 +219,21 @@ hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
     tls_took_over = true;
     hak_lock(&heap_lock);
     /* Only from the list: housekeeping may hold it off the list meanwhile. */
-    hak_heap_t **link = &heaps_abandoned, *prev = NULL;
-    while (*link != NULL && *link != a) {
-        prev = *link;
-        link = &prev->next_free;
+    hak_heap_t *b = heaps_abandoned, *prev = NULL;
+    while (b != NULL && b != a) {
+        prev = b;
+        b = b->next_free;
     }
-    bool found = *link == a;
+    bool found = b == a;
     if (found) {
-        *link = a->next_free;
-        if (heaps_abandoned_tail == a) heaps_abandoned_tail = prev;
-        a->next_free = NULL;
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+        heap_unlink_abandoned_locked(a, prev);
         heap_activate_locked(a);
     }
     hak_unlock(&heap_lock);
     if (!found) return NULL;
     if (h != NULL) {
         *kick = heap_detach(h);
-        hak_lock(&heap_lock);
-        heap_abandon_locked(h);
-        __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED);
-        hak_unlock(&heap_lock);
+        heap_leave(h);          /* a is active: never the last */
     }
     heap_attach(a);
     return a;
@@ -253,6 +256,10 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_new(chunk_kind);
     hak_unlock(&heap_lock);
+    if (h == NULL) return NULL;
+    h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
+    h->sample_left = INT64_MAX;
+    h->prof_ready = true;
     return h;
 }
 
@@ -294,13 +301,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
             prev = b;
             b = b->next_free;
         }
-        if (b != NULL) {
-            if (prev != NULL) prev->next_free = b->next_free;
-            else heaps_abandoned = b->next_free;
-            if (heaps_abandoned_tail == b) heaps_abandoned_tail = prev;
-            b->next_free = NULL;
-            atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
-        }
+        if (b != NULL) heap_unlink_abandoned_locked(b, prev);
         hak_unlock(&heap_lock);
         if (b == NULL) return false;
         heap_reclaim(b);
@@ -365,10 +366,7 @@ unsigned hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_own_heap) return 0;
     unsigned todo = heap_detach(h) ? HAK_EXIT_KICK : 0;
     tls_thread_done = true;
-    hak_lock(&heap_lock);
-    heap_abandon_locked(h);
-    if (__atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0) todo |= HAK_EXIT_LAST;
-    hak_unlock(&heap_lock);
+    if (heap_leave(h)) todo |= HAK_EXIT_LAST;
     return todo;
 }
 

@@ -99,10 +99,10 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
 /* The layers below reclamation only count what they stamp
  * (h->purge_pending; a heap's second and later SuperSlabs count as
  * HAK_PURGE_KICK_MIN each, so the purger runs before the memory it will
- * give back is freed); whoever called
- * them asks this when it holds no lock, and starts the purger
- * (hak_purge_kick, or from free hak_purge_request) if h has stamped
- * HAK_PURGE_KICK_MIN bytes since it was last asked. */
+ * give back is freed); whoever called them asks this when it holds no
+ * lock, and starts the purger (hak_purge_kick, or from free
+ * hak_purge_request) if h has stamped HAK_PURGE_KICK_MIN bytes since it
+ * was last asked. */
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
     h->purge_pending = 0;

@@ -64,9 +64,9 @@
  * every slab parked and armed; the next new thread adopts it whole (or a
  * young thread freeing into it takes it over: the successor of the thread
  * that left it), and meanwhile remote frees into it wake the purger, which
- * collects them (as running threads' housekeeping does now and then).  Heaps are never
- * unmapped, which is what lets a remote free read slab->owner and push
- * without a lock.
+ * collects them (as running threads' housekeeping does now and then).
+ * Heaps are never unmapped, which is what lets a remote free read
+ * slab->owner and push without a lock.
  */
 #ifndef HAKMEM_TYPES_H
 #define HAKMEM_TYPES_H
