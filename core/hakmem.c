@@ -6,12 +6,10 @@
  * housekeeping and start the purger, which the layers below never call up
  * to do (docs/ARCHITECTURE.md, section 0). */
 #include "hakmem_internal.h"
-#include "box/c2_cache_box.h"
 #include "box/chunk_map_box.h"
 #include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
-#include "box/slab_push_box.h"
 #include "box/tiny_box.h"
 #include "hakmem_options.h"
 #include "hakmem_remote.h"
@@ -198,23 +196,15 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
-/* The slow paths of the owner's free: a slab to act on (empty, or parked
- * with room), a full ring.  What they stamp starts the purger here. */
-static HAK_NOINLINE void free_slab_slow(hak_heap_t *h, hak_slab_t *s) {
-    hak_slab_free_slow(h, s);
-    hak_heap_shrink_check(h);
+/* The slow paths of the owner's free: a full Tiny cache, a full ring.
+ * What they stamp starts the purger here. */
+static HAK_NOINLINE void free_cache_full(hak_heap_t *h, unsigned cls) {
+    hak_tiny_cache_full(h, cls);
     purge_request_due(h);
 }
 
-/* A block of the 32-byte cache's slabs comes here too: their ring is the
- * empty ring (capacity 0), so the fast path needs no test of its own for
- * them (one would cost every L2 free).  The explicit branch is here. */
 static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
-    if (r == &hak_empty_ring && hak_c2_cache_block(hak_slab_of(p))) {
-        if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
-    } else {
-        hak_pool_free_ring_full(h, r, p);
-    }
+    hak_pool_free_ring_full(h, r, p);
     purge_request_due(h);
 }
 
@@ -266,9 +256,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
             return;
         }
         if (s->tier == HAK_TIER_TINY) {
-            if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
-        } else if (hak_c2_cache_block(s)) {
-            if (!hak_c2_free(h, p)) hak_c2_free_full(h, p);
+            if (hak_tiny_free(h, s, p)) hak_tiny_cache_full(h, s->cls);
         } else if (!hak_pool_free(s->ring, p)) {
             hak_pool_free_ring_full(h, s->ring, p);
         }
@@ -288,12 +276,10 @@ void hak_free(void *p) {
         hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_fast_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            if (hak_unlikely(hak_slab_push(s, p))) free_slab_slow(h, s);
+            if (hak_unlikely(hak_tiny_free(h, s, p))) free_cache_full(h, s->cls);
             return;
         }
         if (hak_likely(s->owner == h)) {
-            /* the 32-byte cache's blocks too: their ring is the empty ring,
-             * which is always full; free_ring_full sends them to the cache */
             if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
@@ -366,10 +352,7 @@ HAK_ALLOC_PATH void *hak_reallocarray(void *p, size_t n, size_t size) {
 /* ---- introspection and maintenance ------------------------------------------------- */
 hak_tier_t hak_tier_of(const void *p) {
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) {
-        unsigned t = hak_slab_of(p)->tier;
-        return t == HAK_TIER_TINY_C2 ? HAK_TIER_TINY : (hak_tier_t)t;
-    }
+    if (kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) return (hak_tier_t)hak_slab_of(p)->tier;
     if (kind == HAK_CHUNK_LARGE && hak_large_valid(p)) return HAK_TIER_LARGE;
     return HAK_TIER_NONE;
 }

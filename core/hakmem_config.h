@@ -57,13 +57,15 @@
 #define HAK_L2_FIRST      HAK_TINY_CLASSES
 #define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 
-/* HAKMEM_TINY_C2_LOCAL_CACHE (hakmem_c2_cache.c): the pseudo class of
- * 17..32 B requests, the class of its blocks, its size, and the tier of
- * class-1 slabs while it is on. */
-#define HAK_C2_CLASS      HAK_NUM_CLASSES
-#define HAK_C2_REAL_CLASS 1
-#define HAK_C2_CACHE_CAP  64
-#define HAK_TIER_TINY_C2  5
+/* Blocks a Tiny class's thread cache holds at most (box/tiny_box.h), and
+ * the least its limit shrinks to while the thread frees more than it
+ * allocates.  Its refills and overflows move half of its limit. */
+#ifndef HAK_TINY_CACHE_CAP
+#define HAK_TINY_CACHE_CAP 64
+#endif
+#ifndef HAK_TINY_CACHE_MIN
+#define HAK_TINY_CACHE_MIN 4
+#endif
 
 /* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
  * (a 1 MiB class keeps 2 blocks, not 16). */

@@ -26,10 +26,10 @@ __thread hak_heap_t *hak_tls_fast_heap = &hak_empty_heap;
 __thread hak_heap_t *hak_tls_own_heap;
 static __thread bool tls_thread_done;   /* heap already abandoned at exit */
 
-/* The sentinel: every queue of the empty heap points at the empty slab, so
- * a thread's first malloc falls into the slow path with no extra test. */
+/* The sentinel: its caches are empty and its rings have no room, so a
+ * thread's first malloc falls into the slow path with no extra test. */
 hak_heap_t hak_empty_heap = {
-    .queue_head = { [0 ... HAK_NUM_CLASSES] = &hak_empty_slab },
+    .queue_head = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_slab },
     .ring = { [0 ... HAK_NUM_CLASSES - 1] = &hak_empty_ring },
 };
 
@@ -60,7 +60,11 @@ static void heap_sweep(hak_heap_t *h) {
     hak_heap_unlock(h);
 }
 
-static void heap_flush_rings(hak_heap_t *h) { hak_pool_flush_all(h); }
+/* The rings and the Tiny caches back to the slabs. */
+static void heap_flush_rings(hak_heap_t *h) {
+    hak_pool_flush_all(h);
+    hak_tiny_flush_all(h);
+}
 
 /* Before a heap goes on the abandoned list: every slab parked and armed. */
 static void heap_park(hak_heap_t *h) {
@@ -94,8 +98,8 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
         h->queue_head[c] = &hak_empty_slab;
         h->state_countdown[c] = (uint16_t)hak_opt.batch_state_check;
     }
-    hak_c2_heap_init(h);
     hak_pool_init_heap(h);
+    hak_tiny_init_heap(h);
     h->next_all = heaps_all;
     __atomic_store_n(&heaps_all, h, __ATOMIC_RELEASE);   /* the purger walks it unlocked */
     return h;
@@ -151,14 +155,19 @@ static void heap_attach(hak_heap_t *h) {
 }
 
 /* The calling thread leaves h (exit, or it takes over another heap): the
- * rings go back to the slabs and every slab is parked.  It keeps one empty
+ * rings go back to the slabs and every slab is parked.  The Tiny caches
+ * stay, warm for the next thread (a successor that takes the heap over
+ * allocates its predecessor's last freed blocks); they go back when the
+ * abandoned heap is reclaimed (heap_reclaim).  It keeps one empty
  * slab per class and one empty SuperSlab for the next thread; its other
  * empty slabs are retired (their pages stay resident and stamped, free for
  * any class), so its SuperSlabs can empty out.  Returns whether the purger
  * is due. */
 static bool heap_detach(hak_heap_t *h) {
     h->keep_spares = HAK_SPARES_ONE;
-    heap_reclaim(h);
+    hak_pool_flush_all(h);
+    heap_sweep(h);
+    heap_park(h);
     bool kick = hak_heap_kick_due(h);
     hak_tls_fast_heap = &hak_empty_heap;
     hak_tls_own_heap = NULL;

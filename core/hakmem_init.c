@@ -84,7 +84,6 @@ static void hak_init(void) {
     if (hak_opt.stats || hak_opt.profile_leaks) hak_stderr_remember();
     /* the settings the layers take before anything is mapped */
     hak_chunk_map_select(hak_opt.ss_lookup_kind == HAK_LOOKUP_RADIX);
-    if (hak_opt.tiny_c2_cache) hak_c2_enable();
     hak_profile_init();
     hak_free_check_init();
     hak_heap_init(thread_exit);

@@ -138,12 +138,25 @@ HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
  * no register for the class (one instruction less on every malloc). */
 HAK_INTERNAL void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h);
 
-/* The 32-byte cache (hakmem_c2_cache.c; fast path: box/c2_cache_box.h). */
-HAK_INTERNAL void *hak_c2_refill(hak_heap_t *h);
-HAK_INTERNAL void hak_c2_free_full(hak_heap_t *h, void *p);
-HAK_INTERNAL void hak_c2_flush(hak_heap_t *h, unsigned keep);
-HAK_INTERNAL void hak_c2_enable(void);
-HAK_INTERNAL void hak_c2_heap_init(hak_heap_t *h);
+/* A free took the last room of the cache of class cls (box/tiny_box.h):
+ * blocks go back to the slabs. */
+HAK_INTERNAL void hak_tiny_cache_full(hak_heap_t *h, unsigned cls);
+/* Every cache of h back to its slabs: trim, a heap that shrank, an
+ * abandoned heap reclaimed (a thread that leaves its heap keeps them warm
+ * for the next). */
+HAK_INTERNAL void hak_tiny_flush_all(hak_heap_t *h);
+HAK_INTERNAL void hak_tiny_init_heap(hak_heap_t *h);
+
+/* How many blocks a refill of class cls takes, at most `most`: a class the
+ * thread has just started to use gets one block, then 2, 4, ... (reset when
+ * a thread gets the heap), so a thread that needs one block does not take
+ * and touch a cache's or a ring's worth. */
+static inline unsigned hak_refill_want(hak_heap_t *h, unsigned cls, unsigned most) {
+    unsigned batch = h->refill_batch[cls];
+    if (batch >= most) return most;
+    h->refill_batch[cls] = (uint8_t)(batch * 2);
+    return batch;
+}
 
 /* L2 / L2.5 ring pools (hakmem_pool.c, hakmem_l25_pool.c) */
 HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);

@@ -50,8 +50,6 @@ static const option_t options[] = {
       "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL, NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
       "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL, NULL },
-    { "HAKMEM_TINY_C2_LOCAL_CACHE", &hak_opt.tiny_c2_cache, 0, 0, 1,
-      "1: a 64-block thread-local cache in front of the 32-byte Tiny class", NULL, NULL },
     { "HAKMEM_MID_INUSE_DEFERRED", &hak_opt.mid_inuse_deferred, 0, 0, 1,
       "1: L2 ring flushes batch the slabs' in-use decrements per slab", NULL, NULL },
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,
@@ -158,14 +156,6 @@ void hak_options_init(void) {
             say(line);
         }
     }
-#ifdef HAK_HARDENED
-    /* The 32-byte cache links blocks of different SuperSlabs, which the
-     * hardened build's same-chunk link check cannot vouch for. */
-    if (hak_opt.tiny_c2_cache) {
-        say("hakmem: HAKMEM_TINY_C2_LOCAL_CACHE is off in the hardened build\n");
-        hak_opt.tiny_c2_cache = 0;
-    }
-#endif
     if (hak_opt.verbose) {
         for (size_t i = 0; i < NOPTIONS; i++) {
             const option_t *o = &options[i];

@@ -13,7 +13,6 @@ typedef struct {
     int l2_ring_cap;        /* HAKMEM_L2_RING_CAP: L2 ring slots, <= POOL_L2_RING_CAP */
     int l25_ring_cap;       /* HAKMEM_L25_RING_CAP: L2.5 ring slots, <= POOL_L25_RING_CAP */
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */
-    int tiny_c2_cache;      /* HAKMEM_TINY_C2_LOCAL_CACHE: cache for 32 B blocks */
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
     int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
     const char *profile;    /* HAKMEM_PROFILE: heap profile path ("" = off)     */

@@ -35,15 +35,7 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
     unsigned cls = hak_mid_class(size);
     hak_ring_t *r = hak_pool_ring(h, cls);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
-    /* Half a ring, but a class a thread has just started to use gets one
-     * block, then 2, 4, ...: a thread that needs one block does not take
-     * (and touch) a ring's worth. */
-    unsigned want = r->cap > 1 ? r->cap / 2 : 1;
-    unsigned batch = h->refill_batch[cls];
-    if (batch < want) {
-        want = batch;
-        h->refill_batch[cls] = (uint8_t)(batch * 2);
-    }
+    unsigned want = hak_refill_want(h, cls, r->cap > 1 ? r->cap / 2 : 1);
     unsigned got = hak_class_take(h, cls, r->slot, want);
     if (got == 0) {
         errno = ENOMEM;
@@ -147,7 +139,6 @@ static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
 void hak_pool_flush_all(hak_heap_t *h) {
     for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++)
         ring_flush(h, hak_pool_ring(h, c), 0);
-    hak_c2_flush(h, 0);
 }
 
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
@@ -165,4 +156,5 @@ void hak_pool_init_heap(hak_heap_t *h) {
         h->ring[c] = &hak_empty_ring;
         h->refill_batch[c] = 1;
     }
+
 }

@@ -2,9 +2,8 @@
 #include "hakmem_internal.h"
 #include "box/size_class_box.h"
 
-/* Indexed by (size + 15) / 16 for size <= 1024.  Writable only so that
- * HAKMEM_TINY_C2_LOCAL_CACHE can point entry 2 at HAK_C2_CLASS at start-up. */
-uint8_t hak_tiny_class_of[HAK_TINY_MAX / 16 + 1] = {
+/* Indexed by (size + 15) / 16 for size <= 1024. */
+const uint8_t hak_tiny_class_of[HAK_TINY_MAX / 16 + 1] = {
     0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 12, 12, 13,
     13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 16, 16, 16, 16,
     17, 17, 17, 17, 17, 17, 17, 17, 18, 18, 18, 18, 18, 18, 18, 18, 19, 19, 19,
@@ -92,10 +91,7 @@ unsigned hak_class_span_align(unsigned cls) {
 }
 
 int hak_size_class(size_t size) {
-    if (size <= HAK_TINY_MAX) {
-        unsigned c = hak_tiny_class(size);
-        return (int)(c == HAK_C2_CLASS ? HAK_C2_REAL_CLASS : c);
-    }
+    if (size <= HAK_TINY_MAX) return (int)hak_tiny_class(size);
     if (size <= HAK_L25_MAX) return (int)hak_mid_class(size);
     return -1;
 }

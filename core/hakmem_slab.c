@@ -104,7 +104,6 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     s->free = NULL;
     s->used = 0;
     s->tier = (uint8_t)hak_class_tier((int)cls);
-    if (cls == HAK_C2_REAL_CLASS && hak_opt.tiny_c2_cache) s->tier = HAK_TIER_TINY_C2;
     s->notify_pending = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;

@@ -1,22 +1,91 @@
-/* Tiny tier (<= 1024 B): the fast paths are in box/tiny_box.h; this is the
- * slow path, taken when the class's current slab of a thread's heap has no
- * free block (the empty heap, sampling and trim requests are the caller's:
- * hakmem.c). */
+/* Tiny tier (<= 1024 B): the fast paths are in box/tiny_box.h; these are
+ * the slow paths of the thread caches (the heap's tiny_free, hakmem_types.h
+ * says why they exist): a refill from the class's slabs when a cache is
+ * empty (the empty heap, sampling and trim requests are the caller's:
+ * hakmem.c), and the way back to the slabs.
+ *
+ * A cache's limit starts at HAK_TINY_CACHE_CAP.  Refills and overflows
+ * move half of it, so steady churn seldom leaves the fast path.  A cache
+ * full four times in a row with no refill between belongs to a thread that
+ * frees more than it allocates (a phase that frees what it built; the
+ * random walk of steady churn seldom does that): its limit halves, down to
+ * HAK_TINY_CACHE_MIN, so it keeps few of the blocks that would keep slabs
+ * from emptying; the next time it runs dry it doubles again. */
 #include "hakmem_internal.h"
 #include "box/size_class_box.h"
 #include "box/block_link_box.h"
+#include "box/chunk_map_box.h"
+#include "box/slab_push_box.h"
 
 #include <errno.h>
 
+static void *cache_pop(hak_heap_t *h, unsigned cls) {
+    hak_block_t *b = h->tiny_free[cls];
+    h->tiny_free[cls] = hak_link_get_any(b);
+    h->tiny_room[cls]++;
+    hak_block_taken(b);
+    return b;
+}
+
+/* The cache of the request's class is empty (or holds blocks the fast path
+ * would not hand out while the countdown of a heap borrowed without its own
+ * ran out): up to half its limit from the slabs, the first for the caller. */
 HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     unsigned cls = hak_tiny_class(size);
-    void *p = NULL;
-    if (cls == HAK_C2_CLASS) p = hak_c2_refill(h);
-    else if (hak_class_take(h, cls, &p, 1) != 1) p = NULL;
-    if (p != NULL) {
-        hak_block_taken(p);
-        return p;
+    if (h->tiny_free[cls] != NULL) return cache_pop(h, cls);
+    if (h->tiny_limit[cls] < HAK_TINY_CACHE_CAP) h->tiny_limit[cls] *= 2;
+    h->tiny_overflows[cls] = 0;
+    void *got[HAK_TINY_CACHE_CAP / 2];
+    unsigned n = hak_class_take(h, cls, got, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u));
+    if (n == 0) {
+        errno = ENOMEM;
+        return NULL;
     }
-    errno = ENOMEM;
-    return NULL;
+    /* got[1] on top: the blocks go out in their slab's order */
+    for (unsigned i = n - 1; i > 0; i--) {
+        hak_link_set(got[i], h->tiny_free[cls]);
+        h->tiny_free[cls] = got[i];
+    }
+    h->tiny_room[cls] = h->tiny_limit[cls] - (n - 1);
+    hak_block_taken(got[0]);
+    return got[0];
+}
+
+/* The blocks of class cls's cache after its newest `keep` back onto their
+ * slabs. */
+static void cache_flush(hak_heap_t *h, unsigned cls, unsigned keep) {
+    hak_block_t *b = h->tiny_free[cls], *last = NULL;
+    unsigned kept = 0;
+    for (; kept < keep && b != NULL; kept++) {
+        last = b;
+        b = hak_link_get_any(b);
+    }
+    if (last != NULL) hak_link_set(last, NULL);
+    else h->tiny_free[cls] = NULL;
+    h->tiny_room[cls] = h->tiny_limit[cls] - kept;
+    while (b != NULL) {
+        hak_block_t *next = hak_link_get_any(b);
+        hak_slab_t *s = hak_slab_of(b);
+        if (hak_slab_push(s, b)) hak_slab_free_slow(h, s);
+        b = next;
+    }
+}
+
+void hak_tiny_cache_full(hak_heap_t *h, unsigned cls) {
+    if (h->tiny_overflows[cls] < 4) h->tiny_overflows[cls]++;
+    else if (h->tiny_limit[cls] > HAK_TINY_CACHE_MIN) h->tiny_limit[cls] /= 2;
+    cache_flush(h, cls, h->tiny_limit[cls] / 2u);
+    hak_heap_shrink_check(h);       /* slabs may have gone back */
+}
+
+void hak_tiny_flush_all(hak_heap_t *h) {
+    for (unsigned c = 0; c < HAK_TINY_CLASSES; c++) cache_flush(h, c, 0);
+}
+
+void hak_tiny_init_heap(hak_heap_t *h) {
+    for (unsigned c = 0; c < HAK_TINY_CLASSES; c++) {
+        h->tiny_free[c] = NULL;
+        h->tiny_limit[c] = HAK_TINY_CACHE_CAP;
+        h->tiny_room[c] = HAK_TINY_CACHE_CAP;
+    }
 }

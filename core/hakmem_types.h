@@ -41,8 +41,9 @@
  *
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
- *   Tiny   <= 1024 B     malloc pops the free list of the class's current
- *                        slab, free pushes onto the block's slab.
+ *   Tiny   <= 1024 B     per-thread LIFO list of free blocks per class (the
+ *                        Tiny cache: 4..64 blocks of any of the heap's slabs)
+ *                        in front of the slabs; malloc pops, free pushes.
  *   L2     1 KiB..52 KiB  per-thread LIFO ring of block pointers per class
  *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
  *                        front of the same slabs; refilled/flushed in batches
@@ -60,7 +61,8 @@
  * one exchange when that slab runs dry.  A slab its owner no longer watches
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
  * first remote free into it hands it to the owner's notify stack.  When a
- * thread exits its rings are flushed and its heap abandoned, warm, with
+ * thread exits its rings are flushed (its Tiny caches stay for the next
+ * thread) and its heap abandoned, warm, with
  * every slab parked and armed; the next new thread adopts it whole (or a
  * young thread freeing into it takes it over: the successor of the thread
  * that left it), and meanwhile remote frees into it wake the purger, which
@@ -200,14 +202,25 @@ typedef struct hak_heap {
      * INT64_MAX while profiling is off, so it never does; 0 in a new heap,
      * so its first allocation sets it (prof_ready). */
     int64_t          sample_left;
-    /* Hot: the Tiny fast path reads only queue_head[0..19] (160 B).  Every
-     * entry points at a slab, the empty sentinel when the queue is empty. */
-    hak_slab_t      *queue_head[HAK_NUM_CLASSES + 1];   /* + HAK_C2_CLASS */
+    /* Hot: the Tiny caches, all the Tiny fast paths touch (240 B).  Each
+     * class's cache holds the blocks of the class its thread freed last,
+     * from any of the heap's slabs, linked LIFO through their first word:
+     * malloc hands out the block freed last, whose lines the program has
+     * just touched, where popping a slab's list would hand out one freed
+     * long ago, cold in a big heap.  The slabs get blocks back when a cache
+     * overflows, oldest first (hakmem_tiny.c).  A thread that leaves its
+     * heap leaves the caches to the next thread; trim, a heap that shrank to
+     * half and the reclaim of an abandoned heap empty them.  Two arrays, so
+     * the fast paths index both with the class as it is. */
+    hak_block_t     *tiny_free[HAK_TINY_CLASSES];
+    uint32_t         tiny_room[HAK_TINY_CLASSES]; /* blocks each may still take:
+                                      its limit minus those it holds        */
+    /* Each class's slabs with room, the empty sentinel when there is none;
+     * refills take from the head. */
+    hak_slab_t      *queue_head[HAK_NUM_CLASSES];
     hak_slab_t      *queue_tail[HAK_NUM_CLASSES];
     /* The ring of each L2 / L2.5 class (an empty ring in the empty heap);
-     * Tiny classes have the empty ring (cap 0), so the owner's free of a
-     * 32-byte cache block fails its push and free_ring_full's explicit
-     * branch sends it to the cache. */
+     * Tiny classes have the empty ring (cap 0). */
     hak_ring_t      *ring[HAK_NUM_CLASSES];
     /* Written by other threads: a line of its own, with what remote
      * freers read of the owner (its state: a young thread's free checks
@@ -237,10 +250,13 @@ typedef struct hak_heap {
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
-    uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next ring
-                                      refill of the class takes: starts at 1
-                                      for a new thread, doubles per refill  */
-    hak_slab_t       c2_cache;     /* free: the cache; used: -(blocks in it) */
+    uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next cache
+                                      or ring refill of the class takes:
+                                      starts at 1 for a new thread, doubles
+                                      per refill (hak_refill_want)          */
+    uint16_t         tiny_limit[HAK_TINY_CLASSES]; /* most blocks each Tiny
+                                      cache holds (hakmem_tiny.c)          */
+    uint8_t          tiny_overflows[HAK_TINY_CLASSES]; /* since it last ran dry */
     size_t           slab_pages;   /* pages in its slabs' spans (mallinfo2);
                                       written by the heap's owner only     */
     size_t           shrink_mark;  /* most slab_pages since the rings were

@@ -152,9 +152,6 @@ TOTAL_FAIL=0
 #   L2_RING_CAP=1, L25_RING_CAP=1   ring refills and flushes: remote frees,
 #                  flushes at thread exit, L2.5 blocks decommitted on leaving
 #                  the ring, tier changes
-#   TINY_C2_LOCAL_CACHE=1     a per-thread 32-byte cache linking blocks of
-#                  several SuperSlabs: remote frees, thread exit, SuperSlabs
-#                  released under it, the 32-byte tier out of memory
 #   MID_INUSE_DEFERRED=1      slabs' in-use counts applied per L2 flush: slabs
 #                  emptied and released, remote frees, thread exit
 #   PURGE_DELAY_MS=0          free memory goes back to the OS at once (as
@@ -201,7 +198,6 @@ default    HAKMEM_BATCH_TIER_SIZE=1         tiers remote_free mt_stress thread_e
 default    HAKMEM_BATCH_TIER_SIZE=256       tiers remote_free mt_stress thread_exit
 default    HAKMEM_L2_RING_CAP=1             tiers remote_free mt_stress thread_exit thread_churn
 default    HAKMEM_L25_RING_CAP=1            tiers remote_free mt_stress thread_exit thread_churn
-default    HAKMEM_TINY_C2_LOCAL_CACHE=1     tiers remote_free mt_stress thread_exit thread_churn oom:core
 default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_exit
 default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core

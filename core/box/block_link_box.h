@@ -3,9 +3,10 @@
  *
  * The link, default build: a plain pointer.  Hardened build (HAK_HARDENED): the
  * pointer XOR a per-process random key, so a use-after-free write or a
- * forged pointer decodes to junk; a decoded link must stay in the block's
- * own chunk, or the process stops (so the 32-byte cache, which links blocks
- * of several SuperSlabs, is off in this build).  Mixing in the link's own
+ * forged pointer decodes to junk; a decoded link of a slab's list must stay
+ * in the block's own chunk, one of a thread cache (which links blocks of
+ * several SuperSlabs) must be a free block of a SuperSlab, or the process
+ * stops.  Mixing in the link's own
  * address, as glibc's safe-linking does, would add nothing here: anyone who
  * can read a free block and knows its address learns the key from its
  * freed-mark. */
@@ -45,12 +46,13 @@ static inline hak_block_t *hak_link_get(const hak_block_t *b) {
     return n;
 }
 
-/* The 32-byte cache links blocks of several SuperSlabs: any 16-byte aligned
- * block of a SuperSlab will do.  (This build turns the cache off at start-up,
- * hakmem_options.c; its flush code still compiles against this.) */
+/* A Tiny thread cache links blocks of several SuperSlabs: the link must be
+ * a block start in a SuperSlab that holds its freed-mark (the next pop
+ * reads that block anyway). */
 static inline hak_block_t *hak_link_get_any(const hak_block_t *b) {
     hak_block_t *n = (hak_block_t *)((uintptr_t)b->next ^ hak_block_key);
-    if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || hak_chunk_kind(n) != HAK_CHUNK_SS)))
+    if (hak_unlikely(n != NULL && (((uintptr_t)n & 15) != 0 || hak_chunk_kind(n) != HAK_CHUNK_SS ||
+                                   ((uintptr_t *)n)[1] != hak_freed_mark(n))))
         hak_fatal("free list corrupted (use after free?) at", b);
     return n;
 }

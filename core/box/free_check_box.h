@@ -12,7 +12,7 @@
  *     mixed with a constant in its second word, from the moment it is carved or freed
  *     until malloc hands it out.  A free that finds the mark is a double
  *     free, wherever the first free left the block (slab list, ring,
- *     32-byte cache, another thread's remote list).
+ *     thread cache, another thread's remote list).
  * The inline test is a multiply and a compare for the span check and a
  * compare for the mark; the out-of-line diagnosis (hak_free_check_fail)
  * runs only when it fails, names the problem and stops the process. */

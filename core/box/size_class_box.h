@@ -12,7 +12,7 @@
 
 #include "hakmem_internal.h"
 
-extern uint8_t        hak_tiny_class_of[HAK_TINY_MAX / 16 + 1];   /* patched for C2 */
+extern const uint8_t  hak_tiny_class_of[HAK_TINY_MAX / 16 + 1];
 extern const uint8_t  hak_mid_class_of[HAK_L25_MAX / 256 + 1];
 extern const uint32_t hak_class_block_size[HAK_NUM_CLASSES];
 

@@ -1,6 +1,6 @@
 /* slab_push_box — a block back onto its slab's free list, by the slab's
- * owner: the Tiny free fast path, and every block a ring or the 32-byte
- * cache gives back to its slab.  No atomics, no locks. */
+ * owner: every block a Tiny cache or a ring gives back to its slab.  No
+ * atomics, no locks. */
 #ifndef HAK_SLAB_PUSH_BOX_H
 #define HAK_SLAB_PUSH_BOX_H
 

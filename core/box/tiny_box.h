@@ -1,7 +1,7 @@
-/* tiny_box — the Tiny fast paths: pop from the free list of a slab the
- * calling thread owns (a free pushes: box/slab_push_box.h).  No atomics,
- * no locks.  NULL when it cannot serve (the class's free list is empty, or
- * the profiler's countdown ran out): the caller takes the slow path. */
+/* tiny_box — the Tiny fast paths: a thread's cache of free blocks per class
+ * (the heap's tiny_free / tiny_room, hakmem_types.h), popped by malloc and
+ * pushed by the free of the block's owner.  No atomics, no locks.  The slow
+ * paths (refill, overflow, flush) are hakmem_tiny.c. */
 #ifndef HAK_TINY_BOX_H
 #define HAK_TINY_BOX_H
 
@@ -10,19 +10,31 @@
 #include "box/size_class_box.h"
 #include "box/profile_box.h"
 
+/* NULL when the cache is empty or the profiler's countdown ran out: the
+ * caller takes the slow path.  The cache links blocks of several
+ * SuperSlabs (the hardened build checks each link as such). */
 static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
-    hak_slab_t *s = h->queue_head[cls];
-    hak_block_t *b = s->free;
+    hak_block_t *b = h->tiny_free[cls];
     if (hak_likely(b != NULL)) {
         HAK_SAMPLE_COUNTDOWN(h, size, sample);
-        s->free = hak_link_get(b);
-        s->used++;
+        h->tiny_free[cls] = hak_link_get_any(b);
+        h->tiny_room[cls]++;
         hak_block_taken(b);
         return b;
     }
 sample:
     return NULL;
+}
+
+/* p, a block of Tiny slab s of heap h, freed by h's thread (it passed the
+ * free check), onto its class's cache.  True when that took the cache's
+ * last room: the caller then calls hak_tiny_cache_full. */
+static inline bool hak_tiny_free(hak_heap_t *h, const hak_slab_t *s, void *p) {
+    unsigned cls = s->cls;
+    hak_link_set((hak_block_t *)p, h->tiny_free[cls]);
+    h->tiny_free[cls] = (hak_block_t *)p;
+    return --h->tiny_room[cls] == 0;
 }
 
 #endif

@@ -1,8 +1,9 @@
-/* Unit tests: the tiny tier (requests of 1 .. 1024 bytes, per-thread slab
- * freelists).
+/* Unit tests: the tiny tier (requests of 1 .. 1024 bytes, a per-thread LIFO
+ * cache of free blocks per class in front of the slabs).
  *
  * Every size lands in HAK_TIER_TINY, is 16-byte aligned and fully writable
- * up to its usable size; freed blocks are reused LIFO on the same thread;
+ * up to its usable size; freed blocks are reused LIFO on the same thread,
+ * whichever slab they belong to;
  * many live blocks never overlap and keep their contents; blocks may be freed
  * by a thread other than the one that allocated them. */
 #include "tier_common.h"
@@ -48,8 +49,8 @@ static void test_many_blocks_one_class(void **state)
 static void test_free_list_across_superslabs(void **state)
 {
     /* Blocks of one class from several 4 MiB SuperSlabs freed together and
-     * allocated again (with HAKMEM_TINY_C2_LOCAL_CACHE=1 they share one
-     * list: the hardened build must accept its links across chunks). */
+     * allocated again (the thread's cache links them in one list: the
+     * hardened build must accept its links across chunks). */
     const api_t *A = *state;
     enum { N = 300000 };                 /* 9.6 MB of 32-byte blocks */
     void **p = malloc(N * sizeof *p);
@@ -64,6 +65,38 @@ static void test_free_list_across_superslabs(void **state)
         p[i == 0 ? 0 : i == 1 ? N - 1 : N / 2] = q;
     }
     for (int i = 0; i < N; i++) A->free_(p[i]);
+    free(p);
+}
+
+/* The block freed last comes back first, whichever slab it is in: two
+ * blocks of two different slabs (64 KiB pages) of the 64-byte class, freed
+ * in turn, come back in the reverse order.  (Popping a slab's own list
+ * would hand out the block of the slab being carved, then a fresh one.)
+ * A round that meets a block the profiler sampled is tried again. */
+static void test_reuse_freed_last_across_slabs(void **state)
+{
+    const api_t *A = *state;
+    enum { N = 3000 };                   /* 1024 blocks of 64 B per slab */
+    void **p = malloc(N * sizeof *p);
+    assert_non_null(p);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) p[i] = alloc_checked(A, 64, HAK_TIER_TINY);
+        void *a = p[0], *b = p[N - 1];
+        if (((uintptr_t)a >> 16) == ((uintptr_t)b >> 16)) fail_msg("3000 blocks of 64 B in one slab");
+        int sampled = hak_profile_sampled(a) || hak_profile_sampled(b);
+        A->free_(b);
+        A->free_(a);
+        void *x = A->malloc_(64), *y = A->malloc_(64);
+        sampled |= hak_profile_sampled(x) || hak_profile_sampled(y);
+        if (!sampled) {
+            if (x != a || y != b)
+                fail_msg("freed %p then %p (other slab); malloc gave %p then %p", b, a, x, y);
+        }
+        p[0] = x;
+        p[N - 1] = y;
+        for (int i = 0; i < N; i++) A->free_(p[i]);
+        if (!sampled) break;
+    }
     free(p);
 }
 
@@ -140,6 +173,8 @@ int main(void)
         TEST_API(test_many_blocks_one_class, API_HAK),
         TEST_API(test_free_list_across_superslabs, API_STD),
         TEST_API(test_free_list_across_superslabs, API_HAK),
+        TEST_API(test_reuse_freed_last_across_slabs, API_STD),
+        TEST_API(test_reuse_freed_last_across_slabs, API_HAK),
         TEST_API(test_alloc_free_churn, API_STD),
         TEST_API(test_alloc_free_churn, API_HAK),
         TEST_API(test_cross_thread, API_STD),
