@@ -10,7 +10,9 @@
  * frees more than it allocates (a phase that frees what it built; the
  * random walk of steady churn seldom does that): its limit halves, down to
  * HAK_TINY_CACHE_MIN, so it keeps few of the blocks that would keep slabs
- * from emptying; the next time it runs dry it doubles again. */
+ * from emptying; the next time it runs dry it doubles again.  At the least
+ * limit an overflow sends every block back (a slow path every few frees,
+ * not every other one). */
 #include "hakmem_internal.h"
 #include "box/size_class_box.h"
 #include "box/block_link_box.h"
@@ -74,7 +76,8 @@ static void cache_flush(hak_heap_t *h, unsigned cls, unsigned keep) {
 void hak_tiny_cache_full(hak_heap_t *h, unsigned cls) {
     if (h->tiny_overflows[cls] < 4) h->tiny_overflows[cls]++;
     else if (h->tiny_limit[cls] > HAK_TINY_CACHE_MIN) h->tiny_limit[cls] /= 2;
-    cache_flush(h, cls, h->tiny_limit[cls] / 2u);
+    unsigned limit = h->tiny_limit[cls];
+    cache_flush(h, cls, limit > HAK_TINY_CACHE_MIN ? limit / 2u : 0);
     hak_heap_shrink_check(h);       /* slabs may have gone back */
 }
 
