@@ -208,14 +208,41 @@ static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     purge_request_due(h);
 }
 
-/* Multi-page slabs, other threads' blocks, large blocks, blocks the heap
- * profiler sampled, foreign pointers, junk, and (HAKMEM_STATS=1) everything. */
+/* A block of a SuperSlab (it passed the free check) that the fast path did
+ * not take: another thread's, a span's other pages seen with HAKMEM_STATS,
+ * or any block while the thread has no heap.  Apart from free_cold's other
+ * cases, so that a remote free pays for no registers they need. */
+static HAK_NOINLINE void free_slab_block(void *p) {
+    hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
+    hak_heap_t *h = hak_tls_own_heap;
+    if (s->owner != h) {
+        bool kick;
+        hak_heap_t *taken = hak_heap_take_over(s->owner, &kick);
+        if (kick) hak_purge_request();
+        if (taken != NULL) h = taken;       /* the block is the thread's own now */
+    }
+    if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
+    if (s->owner != h) {
+        if (hak_remote_free(s, p)) hak_purge_request();
+        return;
+    }
+    if (s->tier == HAK_TIER_TINY) {
+        if (hak_tiny_free(h, s, p)) hak_tiny_cache_full(h, s->cls);
+    } else if (!hak_pool_free(s->ring, p)) {
+        hak_pool_free_ring_full(h, s->ring, p);
+    }
+    purge_request_due(h);
+}
+
+/* Large blocks, blocks the heap profiler sampled, foreign pointers, junk,
+ * and SuperSlab blocks the flat map does not know (the radix map). */
 static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     if (p == NULL) return;
     if (kind == HAK_CHUNK_NONE && hak_radix_in_use) {
         kind = hak_chunk_kind_radix(p);
-        if (kind == HAK_CHUNK_SS && !hak_free_check(p)) {
-            hak_free_check_fail(p);
+        if (kind == HAK_CHUNK_SS) {
+            if (!hak_free_check(p)) hak_free_check_fail(p);    /* stops */
+            else free_slab_block(p);
             return;
         }
     }
@@ -241,28 +268,6 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (cached) hak_purge_request();
         return;
     }
-    if (kind == HAK_CHUNK_SS) {
-        hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
-        hak_heap_t *h = hak_tls_own_heap;
-        if (s->owner != h) {
-            bool kick;
-            hak_heap_t *taken = hak_heap_take_over(s->owner, &kick);
-            if (kick) hak_purge_request();
-            if (taken != NULL) h = taken;       /* the block is the thread's own now */
-        }
-        if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
-        if (s->owner != h) {
-            if (hak_remote_free(s, p)) hak_purge_request();
-            return;
-        }
-        if (s->tier == HAK_TIER_TINY) {
-            if (hak_tiny_free(h, s, p)) hak_tiny_cache_full(h, s->cls);
-        } else if (!hak_pool_free(s->ring, p)) {
-            hak_pool_free_ring_full(h, s->ring, p);
-        }
-        purge_request_due(h);
-        return;
-    }
     __libc_free(p);
 }
 
@@ -283,6 +288,8 @@ void hak_free(void *p) {
             if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
+        free_slab_block(p);
+        return;
     }
     free_cold(p, kind);
 }

@@ -84,7 +84,7 @@ static void heap_reclaim(hak_heap_t *h) {
 }
 
 /* ---- heap life cycle ------------------------------------------------------- */
-static _Atomic unsigned abandoned_count;
+_Atomic unsigned hak_abandoned_count __attribute__((aligned(64)));   /* read by every remote free */
 static size_t active_count;   /* heaps with a thread: written under heap_lock,
                                  read by the purger without it (relaxed atomics) */
 
@@ -112,7 +112,7 @@ static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
     else heaps_abandoned = h->next_free;
     if (heaps_abandoned_tail == h) heaps_abandoned_tail = prev;
     h->next_free = NULL;
-    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&hak_abandoned_count, 1, memory_order_relaxed);
 }
 
 /* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
@@ -131,7 +131,7 @@ static void heap_abandon_locked(hak_heap_t *h) {
     if (heaps_abandoned_tail) heaps_abandoned_tail->next_free = h;
     else heaps_abandoned = h;
     heaps_abandoned_tail = h;
-    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&hak_abandoned_count, 1, memory_order_relaxed);
 }
 
 /* Caller holds heap_lock: h, just taken, has a thread again. */
@@ -213,17 +213,13 @@ hak_heap_t *hak_heap_for_thread(void) {
 #define TAKEOVER_SLOW 64
 static __thread bool tls_took_over;   /* or is too old to */
 
-hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
+hak_heap_t *hak_heap_take_over_slow(hak_heap_t *a, bool *kick) {
     hak_heap_t *h = hak_tls_own_heap;
-    *kick = false;
     if (tls_took_over || tls_thread_done) return NULL;
     if (h != NULL && h->slow_count - h->slow_at_attach >= TAKEOVER_SLOW) {
         tls_took_over = true;   /* old now, for good: one test from here on */
         return NULL;
     }
-    /* No heap waits (producer and consumer both alive): nothing to read of
-     * the owner's, whose lines its thread is writing. */
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return NULL;
     if (hak_heap_state(a) != HAK_HEAP_ABANDONED) return NULL;
     tls_took_over = true;
     hak_lock(&heap_lock);
@@ -286,7 +282,7 @@ static bool reclaim_lock(unsigned how) {
 }
 
 bool hak_heap_reclaim_abandoned(unsigned how) {
-    if (atomic_load_explicit(&abandoned_count, memory_order_relaxed) == 0) return false;
+    if (atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed) == 0) return false;
     if (how & HAK_RECLAIM_IN_PLACE) {
         if (!reclaim_lock(how)) return false;
         size_t before = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
@@ -300,7 +296,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
     /* A NOTIFIED pass takes at most 8 (each is found by a scan from the
      * list's head). */
     unsigned n = (how & HAK_RECLAIM_ONE) ? 1
-                 : atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+                 : atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed);
     bool more = (how & HAK_RECLAIM_NOTIFIED) && n > 8;
     if (more) n = 8;
     for (; n != 0; n--) {
@@ -352,7 +348,7 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n += h->chunk_kind == 0;
     hak_unlock(&heap_lock);
     *heaps = n;
-    *abandoned = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+    *abandoned = atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed);
 }
 
 void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {

@@ -225,7 +225,16 @@ HAK_INTERNAL hak_heap_t *hak_heap_for_thread(void);
 /* A young thread (or one with no heap yet) freeing into abandoned heap a
  * takes a over as its heap (hakmem_heap.c): returns it, or NULL; *kick:
  * start the purger. */
-HAK_INTERNAL hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick);
+HAK_INTERNAL extern _Atomic unsigned hak_abandoned_count;   /* heaps on the abandoned list */
+HAK_INTERNAL hak_heap_t *hak_heap_take_over_slow(hak_heap_t *a, bool *kick);
+/* While no heap is abandoned (a producer and its consumer both alive) a
+ * remote free reads nothing of the owner's heap, whose lines its thread is
+ * writing, and makes no call. */
+static inline hak_heap_t *hak_heap_take_over(hak_heap_t *a, bool *kick) {
+    *kick = false;
+    if (atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed) == 0) return NULL;
+    return hak_heap_take_over_slow(a, kick);
+}
 /* A heap that has shrunk to half of what its slabs held since its rings
  * were last flushed: the program freed most of its memory, and the blocks
  * the rings keep (the last freed of each class, up to 48 or 16 a class,
