@@ -1,7 +1,8 @@
 /* The malloc API: routes each call to its tier, and interposes the libc
  * names.  The fast paths (Tiny pop/push, ring pop/push) are inlined here
  * from core/box/; when one cannot finish it says so, and the slow paths
- * here decide what comes next (malloc_slow, malloc_first, free_cold): they
+ * here decide what comes next (malloc_slow, malloc_first, free_slab_block,
+ * free_cold): they
  * start hakmem, make the thread's heap, sample, answer trim requests, run
  * housekeeping and start the purger, which the layers below never call up
  * to do (docs/ARCHITECTURE.md, section 0). */
