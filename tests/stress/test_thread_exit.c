@@ -492,6 +492,55 @@ static void test_exit_successor_takes_over(void **state)
     assert_int_equal(reused, 0);
 }
 
+/* ==== the blocks a thread freed last are its successor's first =========== */
+/* A thread frees 15 small blocks (they stay in its heap's Tiny cache) and
+ * exits; the next thread frees the 16th (so it takes the exited thread's
+ * heap over) and allocates: it gets the 16th back, then the last of the 15,
+ * warm, without a refill from the slabs. */
+#define LC_BLOCKS 16
+#define LC_SIZE   48
+
+static void *lc_leaver(void *arg)
+{
+    void **b = arg;
+    for (int i = 0; i < LC_BLOCKS; i++) b[i] = malloc(LC_SIZE);
+    for (int i = 1; i < LC_BLOCKS; i++) free(b[i]);
+    return NULL;              /* b[0] is left to the successor */
+}
+
+static void *lc_successor(void *arg)
+{
+    void **b = arg;
+    free(b[0]);
+    b[LC_BLOCKS] = malloc(LC_SIZE);
+    b[LC_BLOCKS + 1] = malloc(LC_SIZE);
+    return NULL;
+}
+
+static void test_exit_cache_left_to_successor(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 10; round++) {
+        void *b[LC_BLOCKS + 2] = { 0 };
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, lc_leaver, b), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(pthread_create(&t, NULL, lc_successor, b), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        int sampled = 0;
+        for (int i = 0; i < LC_BLOCKS + 2; i++) sampled |= hak_profile_sampled(b[i]);
+        void *first = b[LC_BLOCKS], *second = b[LC_BLOCKS + 1];
+        free(first);
+        free(second);
+        if (sampled) continue;        /* a sampled block lives elsewhere */
+        if (first != b[0] || second != b[LC_BLOCKS - 1])
+            fail_msg("freed %p (last of the exited thread's) and %p (by its successor); the "
+                     "successor's mallocs gave %p and %p", b[LC_BLOCKS - 1], b[0], first, second);
+        return;
+    }
+    fail_msg("10 rounds met a sampled block");
+}
+
 int main(void)
 {
     struct CMUnitTest tests[] = {
@@ -500,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_exit_memory_swept_by_running_thread),
         cmocka_unit_test(test_exit_memory_trimmed),
         cmocka_unit_test(test_exit_successor_takes_over),
+        cmocka_unit_test(test_exit_cache_left_to_successor),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }
