@@ -210,9 +210,10 @@ static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
 }
 
 /* A block of a SuperSlab (it passed the free check) that the fast path did
- * not take: another thread's, a span's other pages seen with HAKMEM_STATS,
- * or any block while the thread has no heap.  Apart from free_cold's other
- * cases, so that a remote free pays for no registers they need. */
+ * not take: another thread's block, or any block while the fast path sees
+ * the empty heap (the thread has no heap, or HAKMEM_STATS counts here).
+ * Apart from free_cold's other cases, so that a remote free pays for no
+ * registers they need. */
 static HAK_NOINLINE void free_slab_block(void *p) {
     hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
     hak_heap_t *h = hak_tls_own_heap;
