@@ -50,9 +50,13 @@ static void heap_sweep(hak_heap_t *h) {
     for (hak_superslab_t *ss = h->ss_list; ss != NULL;) {
         hak_superslab_t *next = ss->next;
         h->sweeping = ss;                 /* keeps ss mapped while we walk it */
-        for (unsigned i = 0; i < HAK_SS_PAGES; i++)
+        /* the pages in spans when the walk starts (a slab it retires only
+         * frees pages); a free page's descriptor is not read */
+        for (uint64_t live = ~ss->free_pages; live != 0; live &= live - 1) {
+            unsigned i = (unsigned)__builtin_ctzll(live);
             if (ss->page_head[i] == i && ss->slabs[i].tier != HAK_TIER_NONE)
                 hak_slab_sweep_remote(h, &ss->slabs[i]);
+        }
         h->sweeping = NULL;
         hak_ss_release_if_empty(h, ss);
         ss = next;

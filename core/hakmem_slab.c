@@ -81,9 +81,12 @@ static inline char *slab_start(const hak_slab_t *s) {
 
 static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified);
 
-/* ss is HOT (again, or just adopted): its parked slabs with room serve. */
+/* ss is HOT (again, or just adopted): its parked slabs with room serve.
+ * Only the pages in spans are looked at (free_pages): a heap a new thread
+ * adopts is cold, and its free pages' descriptors need not be read. */
 static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
-    for (unsigned i = 0; i < HAK_SS_PAGES; i++) {
+    for (uint64_t live = ~ss->free_pages; live != 0; live &= live - 1) {
+        unsigned i = (unsigned)__builtin_ctzll(live);
         hak_slab_t *s = &ss->slabs[i];
         if (ss->page_head[i] == i && s->tier != HAK_TIER_NONE && slab_is_parked(s) &&
             slab_has_room(s))
