@@ -197,10 +197,12 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 }
 
 /* ---- free ----------------------------------------------------------------------- */
-/* The slow paths of the owner's free: a full Tiny cache, a full ring.
- * What they stamp starts the purger here. */
+/* The slow paths of the owner's free: a full Tiny cache (its flush may
+ * have retired slabs: the shrink check), a full ring.  What they stamp
+ * starts the purger here. */
 static HAK_NOINLINE void free_cache_full(hak_heap_t *h, unsigned cls) {
     hak_tiny_cache_full(h, cls);
+    hak_heap_shrink_check(h);
     purge_request_due(h);
 }
 
@@ -229,11 +231,10 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         return;
     }
     if (s->tier == HAK_TIER_TINY) {
-        if (hak_tiny_free(h, s, p)) hak_tiny_cache_full(h, s->cls);
+        if (hak_tiny_free(h, s, p)) free_cache_full(h, s->cls);
     } else if (!hak_pool_free(s->ring, p)) {
-        hak_pool_free_ring_full(h, s->ring, p);
+        free_ring_full(h, s->ring, p);
     }
-    purge_request_due(h);
 }
 
 /* Large blocks, blocks the heap profiler sampled, foreign pointers, junk,

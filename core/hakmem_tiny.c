@@ -78,7 +78,6 @@ void hak_tiny_cache_full(hak_heap_t *h, unsigned cls) {
     else if (h->tiny_limit[cls] > HAK_TINY_CACHE_MIN) h->tiny_limit[cls] /= 2;
     unsigned limit = h->tiny_limit[cls];
     cache_flush(h, cls, limit > HAK_TINY_CACHE_MIN ? limit / 2u : 0);
-    hak_heap_shrink_check(h);       /* slabs may have gone back */
 }
 
 void hak_tiny_flush_all(hak_heap_t *h) {
