@@ -8,10 +8,17 @@
 # "Throughput = N ops/s" from each run, and reports both medians, their
 # min–max spreads and the delta of B over A in percent.
 #
-# Verdict: GO when the delta is at least +1.0 % (--threshold) AND the spreads
-# are clear of the other median (A's max < B's median and B's min > A's
-# median); NO-GO otherwise.  A row (date, commit, what, command, medians,
-# delta, verdict) is appended to docs/benchmarks/AB_LEDGER.md.
+# The runs of one round (A then B, or B then A) are back to back, so the
+# round's ratio B/A cancels the slow swings of a shared machine (its speed
+# drifts by a fifth over minutes); the median of those ratios and their
+# lower quartile are reported too.
+#
+# Verdict: GO when the delta of the medians and the median paired ratio are
+# both at least +1.0 % (--threshold) AND either the spreads are clear of the
+# other median (A's max < B's median and B's min > A's median) or B won at
+# least three rounds in four (the lower quartile of the ratios is above 1);
+# NO-GO otherwise.  A row (date, commit, what, command, medians, delta with
+# the paired figures, verdict) is appended to docs/benchmarks/AB_LEDGER.md.
 #
 # Exit status: 0 the A/B ran (either verdict; with --exit-verdict NO-GO
 # exits 3), 1 a run failed (crash, timeout, no result, build failure),
@@ -231,29 +238,35 @@ if [ $FAILED = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- verdict
-# prints: medA minA maxA medB minB maxB delta verdict
-read -r MED_A MIN_A MAX_A MED_B MIN_B MAX_B DELTA VERDICT < <(awk -F'\t' -v th="$THRESH" '
+# prints: medA minA maxA medB minB maxB delta pairedDelta pairedLowQuartile verdict
+read -r MED_A MIN_A MAX_A MED_B MIN_B MAX_B DELTA PDELTA PLOW VERDICT < <(awk -F'\t' -v th="$THRESH" '
     function stats(s, out,    a, m, i, j, v) {
         m = split(s, a, " ")
         for (i = 2; i <= m; i++) { v = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > v) { a[j+1] = a[j]; j-- } a[j+1] = v }
         out["min"] = a[1]; out["max"] = a[m]
         out["med"] = (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+        out["q1"] = a[int((m + 3) / 4)]
     }
-    { v[$1] = v[$1] " " $3 }
+    { v[$1] = v[$1] " " $3; run[$1, $2] = $3; n = $2 > n ? $2 : n }
     END {
         stats(v["A"], A); stats(v["B"], B)
+        for (r = 1; r <= n; r++) if ((("A", r) in run) && (("B", r) in run)) ratios = ratios " " run["B", r] / run["A", r]
+        stats(ratios, P)
         d = (B["med"] - A["med"]) / A["med"] * 100
-        go = (d >= th && A["max"] < B["med"] && B["min"] > A["med"]) ? "GO" : "NO-GO"
-        printf "%.0f %.0f %.0f %.0f %.0f %.0f %+.2f %s\n", A["med"], A["min"], A["max"], B["med"], B["min"], B["max"], d, go
+        pd = (P["med"] - 1) * 100; pl = (P["q1"] - 1) * 100
+        clear = A["max"] < B["med"] && B["min"] > A["med"]
+        go = (d >= th && pd >= th && (clear || pl > 0)) ? "GO" : "NO-GO"
+        printf "%.0f %.0f %.0f %.0f %.0f %.0f %+.2f %+.2f %+.2f %s\n", A["med"], A["min"], A["max"], B["med"], B["min"], B["max"], d, pd, pl, go
     }' "$RAW")
 
 WHY=""
 if [ "$VERDICT" = NO-GO ]; then
-    WHY=$(awk -v d="$DELTA" -v th="$THRESH" -v ma="$MED_A" -v xa="$MAX_A" -v mb="$MED_B" -v nb="$MIN_B" 'BEGIN {
+    WHY=$(awk -v d="$DELTA" -v pd="$PDELTA" -v pl="$PLOW" -v th="$THRESH" -v ma="$MED_A" -v xa="$MAX_A" -v mb="$MED_B" -v nb="$MIN_B" 'BEGIN {
         w = ""
         if (d + 0 < th + 0) w = sprintf("gain %+.2f%% is below +%.1f%%", d, th)
-        if (xa + 0 >= mb + 0) w = w (w != "" ? "; " : "") "A max reaches B median"
-        if (nb + 0 <= ma + 0) w = w (w != "" ? "; " : "") "B min reaches A median"
+        if (pd + 0 < th + 0) w = w (w != "" ? "; " : "") sprintf("paired gain %+.2f%% is below +%.1f%%", pd, th)
+        if ((xa + 0 >= mb + 0 || nb + 0 <= ma + 0) && pl + 0 <= 0)
+            w = w (w != "" ? "; " : "") "spreads overlap and B lost more than a round in four"
         print w }')
 fi
 
@@ -266,7 +279,7 @@ printf '%-3s %-40s %14s   %s\n' side setting "median ops/s" "min – max"
 printf '%-3s %-40s %14s   %s – %s\n' A "$DESC_A" "$(M "$MED_A")" "$(M "$MIN_A")" "$(M "$MAX_A")"
 printf '%-3s %-40s %14s   %s – %s\n' B "$DESC_B" "$(M "$MED_B")" "$(M "$MIN_B")" "$(M "$MAX_B")"
 echo
-echo "delta B vs A: ${DELTA}%   verdict: $VERDICT${WHY:+ ($WHY)}"
+echo "delta B vs A: ${DELTA}% (medians), ${PDELTA}% (median of the rounds' B/A; lower quartile ${PLOW}%)   verdict: $VERDICT${WHY:+ ($WHY)}"
 
 if [ $USE_LEDGER = 1 ]; then
     esc() { printf '%s' "$1" | sed 's/|/\\|/g'; }
@@ -276,15 +289,15 @@ if [ $USE_LEDGER = 1 ]; then
             echo "# A/B ledger"
             echo
             echo "One row per scripts/ab.sh run (see README.md here). A = baseline, B = candidate;"
-            echo "medians of ops/s over interleaved runs; GO = gain of at least +1.0 % with spreads clear of the other median."
+            echo "medians of ops/s over interleaved runs; GO = gain of at least +1.0 % in the medians and in the rounds' paired ratio, with spreads clear of the other median or B ahead in three rounds of four."
             echo
             echo "| date | commit | what | command | median A (ops/s) | median B (ops/s) | delta | verdict |"
             echo "|---|---|---|---|---:|---:|---:|---|"
         } > "$LEDGER"
     fi
-    printf '| %s | %s | %s | `%s` | %s | %s | %s%% | %s |\n' \
+    printf '| %s | %s | %s | `%s` | %s | %s | %s | %s |\n' \
         "$(date -u '+%Y-%m-%d %H:%M')" "$COMMIT" "$(esc "$WHAT")" "$(esc "$ORIG_CMD")" \
-        "$(M "$MED_A")" "$(M "$MED_B")" "$DELTA" "$VERDICT" >> "$LEDGER"
+        "$(M "$MED_A")" "$(M "$MED_B")" "$DELTA% (paired $PDELTA%, lower quartile $PLOW%)" "$VERDICT" >> "$LEDGER"
     echo "appended to $LEDGER"
 fi
 if [ $EXIT_VERDICT = 1 ] && [ "$VERDICT" != GO ]; then exit 3; fi
