@@ -123,7 +123,8 @@ HAK_INTERNAL void hak_ss_lock_all(void);
 HAK_INTERNAL void hak_ss_unlock_all(void);
 
 /* slabs (hakmem_slab.c) */
-HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
+HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n,
+                                     hak_block_t **chain);
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);

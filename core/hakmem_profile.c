@@ -852,7 +852,7 @@ static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
         *p = blk;
         return true;
     }
-    return hak_class_take(b, cls, p, 1) == 1;
+    return hak_class_take(b, cls, p, 1, NULL) == 1;
 }
 
 /* A sampled request of at most 1 MiB, served by the heap's block heap; NULL

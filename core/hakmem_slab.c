@@ -367,10 +367,32 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
-/* Take up to n blocks of class cls for heap h; returns how many (0: out of
- * memory).  The slow path of every tier below 1 MiB. */
-unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
+/* Up to n - got blocks from the head of slab s's free list onto the chain
+ * that ends at *tail (*first when it is empty), as they are linked: only
+ * the last one's link is read past and rewritten.  Returns how many. */
+static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **first, hak_block_t **tail) {
+    hak_block_t *b = s->free, *last = b, *next = hak_link_get(b);
+    unsigned k = 1;
+    while (k < want && next != NULL) {
+        last = next;
+        next = hak_link_get(next);
+        k++;
+    }
+    s->free = next;
+    s->used += k;
+    if (*tail != NULL) hak_link_set(*tail, b);
+    else *first = b;
+    *tail = last;
+    return k;
+}
+
+/* Take up to n blocks of class cls for heap h, into out[] or (out NULL) as
+ * a chain linked through their first word at *chain, the last linked to
+ * NULL; returns how many (0: out of memory).  The slow path of every tier
+ * below 1 MiB: the rings take arrays, the Tiny caches chains. */
+unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak_block_t **chain) {
     unsigned got = 0;
+    hak_block_t *tail = NULL;
     /* Tiny slabs' free lists are the owner's alone; those of the ring
      * classes the purger reads too. */
     bool locked = cls >= HAK_L2_FIRST;
@@ -386,11 +408,15 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
             hak_heap_unlock(h);
             if (s == NULL) break;
         }
-        while (got < n && s->free != NULL) {
-            hak_block_t *b = s->free;
-            s->free = hak_link_get(b);
-            s->used++;
-            out[got++] = b;
+        if (out == NULL) {
+            if (s->free != NULL) got += take_run(s, n - got, chain, &tail);
+        } else {
+            while (got < n && s->free != NULL) {
+                hak_block_t *b = s->free;
+                s->free = hak_link_get(b);
+                s->used++;
+                out[got++] = b;
+            }
         }
         if (got == n) break;
         if (slab_carve(s, n - got)) continue;
@@ -398,6 +424,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
         if (slab_reattach(s)) continue;
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
+    if (tail != NULL) hak_link_set(tail, NULL);
     if (locked) hak_heap_unlock(h);
     return got;
 }

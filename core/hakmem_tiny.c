@@ -37,20 +37,16 @@ HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     if (h->tiny_free[cls] != NULL) return cache_pop(h, cls);
     if (h->tiny_limit[cls] < HAK_TINY_CACHE_CAP) h->tiny_limit[cls] *= 2;
     h->tiny_overflows[cls] = 0;
-    void *got[HAK_TINY_CACHE_CAP / 2];
-    unsigned n = hak_class_take(h, cls, got, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u));
+    /* a chain in the slabs' order, moved as it is linked */
+    hak_block_t *chain = NULL;
+    unsigned n = hak_class_take(h, cls, NULL, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u), &chain);
     if (n == 0) {
         errno = ENOMEM;
         return NULL;
     }
-    /* got[1] on top: the blocks go out in their slab's order */
-    for (unsigned i = n - 1; i > 0; i--) {
-        hak_link_set(got[i], h->tiny_free[cls]);
-        h->tiny_free[cls] = got[i];
-    }
-    h->tiny_room[cls] = h->tiny_limit[cls] - (n - 1);
-    hak_block_taken(got[0]);
-    return got[0];
+    h->tiny_free[cls] = chain;
+    h->tiny_room[cls] = h->tiny_limit[cls] - n;
+    return cache_pop(h, cls);
 }
 
 /* The blocks of class cls's cache after its newest `keep` back onto their
@@ -67,7 +63,7 @@ static void cache_flush(hak_heap_t *h, unsigned cls, unsigned keep) {
     h->tiny_room[cls] = h->tiny_limit[cls] - kept;
     while (b != NULL) {
         hak_block_t *next = hak_link_get_any(b);
-        hak_slab_t *s = hak_slab_of(b);
+        hak_slab_t *s = hak_page_desc_of(b);     /* a Tiny slab is one page */
         if (hak_slab_push(s, b)) hak_slab_free_slow(h, s);
         b = next;
     }
