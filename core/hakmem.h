@@ -44,7 +44,7 @@ HAK_API int    hak_trim(size_t pad);
  * own memory. */
 typedef enum {
     HAK_TIER_NONE  = 0,
-    HAK_TIER_TINY  = 1,   /* <= 1024 B, per-thread slab freelists       */
+    HAK_TIER_TINY  = 1,   /* <= 1024 B, per-thread caches of slab blocks */
     HAK_TIER_L2    = 2,   /* 1025 B .. 52 KiB, per-thread rings         */
     HAK_TIER_L25   = 3,   /* 52 KiB .. 1 MiB, per-thread rings          */
     HAK_TIER_LARGE = 4    /* > 1 MiB, direct mappings                    */

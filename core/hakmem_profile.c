@@ -841,8 +841,9 @@ static _Atomic int dump_requested;
 static void dump_on_signal(void);
 
 /* A block of class cls from b, the heap of sampled blocks, for its owner
- * (pl->lock held).  A Tiny class's free list is the owner's alone: popped
- * here as the Tiny fast path pops it, when its current slab has a block. */
+ * (pl->lock held).  A Tiny slab's free list is the owner's alone: popped
+ * here straight from the class's first slab when it has a block (this heap
+ * keeps no Tiny cache: its blocks go back to their slabs one by one). */
 static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
     hak_slab_t *s = b->queue_head[cls];
     hak_block_t *blk = s->free;
