@@ -14,7 +14,7 @@ case "$MODE" in
   # google-pprof runs) read the heap profiles in tests/unit/test_profile.c.
   test)  PKGS=(gcc make libc6-dev libcmocka-dev python3 git perl coreutils diffutils mawk
                sqlite3 redis-server redis-tools google-perftools graphviz binutils) ;;
-  bench) PKGS=(libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 gnuplot-nox) ;;
+  bench) PKGS=(libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 gnuplot-nox python3) ;;
   *) echo "usage: $0 test|bench" >&2; exit 2 ;;
 esac
 
