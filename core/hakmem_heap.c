@@ -79,10 +79,12 @@ static void heap_park(hak_heap_t *h) {
 
 /* A heap no thread runs on (or one about to be abandoned) gives back what
  * it holds: its rings go to the slabs (a borrowed heap may hold ring
- * blocks), remote frees are collected, empty slabs and SuperSlabs go to the
- * cache, and every slab is parked and armed again. */
-static void heap_reclaim(hak_heap_t *h) {
-    heap_flush_rings(h);
+ * blocks), and its Tiny caches unless `keep_caches` (a thread leaving it:
+ * they stay warm for the next), remote frees are collected, empty slabs and
+ * SuperSlabs go to the cache, and every slab is parked and armed again. */
+static void heap_reclaim(hak_heap_t *h, bool keep_caches) {
+    hak_pool_flush_all(h);
+    if (!keep_caches) hak_tiny_flush_all(h);
     heap_sweep(h);
     heap_park(h);
 }
@@ -169,9 +171,7 @@ static void heap_attach(hak_heap_t *h) {
  * is due. */
 static bool heap_detach(hak_heap_t *h) {
     h->keep_spares = HAK_SPARES_ONE;
-    hak_pool_flush_all(h);
-    heap_sweep(h);
-    heap_park(h);
+    heap_reclaim(h, true);
     bool kick = hak_heap_kick_due(h);
     hak_tls_fast_heap = &hak_empty_heap;
     hak_tls_own_heap = NULL;
@@ -291,7 +291,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
         if (!reclaim_lock(how)) return false;
         size_t before = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
                         atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
-        for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) heap_reclaim(b);
+        for (hak_heap_t *b = heaps_abandoned; b != NULL; b = b->next_free) heap_reclaim(b, false);
         hak_unlock(&heap_lock);
         size_t after = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
                        atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
@@ -313,7 +313,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
         if (b != NULL) heap_unlink_abandoned_locked(b, prev);
         hak_unlock(&heap_lock);
         if (b == NULL) return false;
-        heap_reclaim(b);
+        heap_reclaim(b, false);
         if (how & HAK_RECLAIM_ONE) more = hak_heap_kick_due(b);
         hak_lock(&heap_lock);
         heap_abandon_locked(b);

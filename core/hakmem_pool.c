@@ -156,5 +156,4 @@ void hak_pool_init_heap(hak_heap_t *h) {
         h->ring[c] = &hak_empty_ring;
         h->refill_batch[c] = 1;
     }
-
 }

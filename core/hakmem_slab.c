@@ -367,9 +367,9 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
-/* Up to n - got blocks from the head of slab s's free list onto the chain
+/* Up to `want` blocks from the head of slab s's free list onto the chain
  * that ends at *tail (*first when it is empty), as they are linked: only
- * the last one's link is read past and rewritten.  Returns how many. */
+ * the chain's joints are rewritten.  Returns how many. */
 static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **first, hak_block_t **tail) {
     hak_block_t *b = s->free, *last = b, *next = hak_link_get(b);
     unsigned k = 1;

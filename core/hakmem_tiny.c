@@ -18,23 +18,16 @@
 #include "box/block_link_box.h"
 #include "box/chunk_map_box.h"
 #include "box/slab_push_box.h"
+#include "box/tiny_box.h"
 
 #include <errno.h>
-
-static void *cache_pop(hak_heap_t *h, unsigned cls) {
-    hak_block_t *b = h->tiny_free[cls];
-    h->tiny_free[cls] = hak_link_get_any(b);
-    h->tiny_room[cls]++;
-    hak_block_taken(b);
-    return b;
-}
 
 /* The cache of the request's class is empty (or holds blocks the fast path
  * would not hand out while the countdown of a heap borrowed without its own
  * ran out): up to half its limit from the slabs, the first for the caller. */
 HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     unsigned cls = hak_tiny_class(size);
-    if (h->tiny_free[cls] != NULL) return cache_pop(h, cls);
+    if (h->tiny_free[cls] != NULL) return hak_tiny_cache_pop(h, cls, h->tiny_free[cls]);
     if (h->tiny_limit[cls] < HAK_TINY_CACHE_CAP) h->tiny_limit[cls] *= 2;
     h->tiny_overflows[cls] = 0;
     /* a chain in the slabs' order, moved as it is linked */
@@ -46,7 +39,7 @@ HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     }
     h->tiny_free[cls] = chain;
     h->tiny_room[cls] = h->tiny_limit[cls] - n;
-    return cache_pop(h, cls);
+    return hak_tiny_cache_pop(h, cls, chain);
 }
 
 /* The blocks of class cls's cache after its newest `keep` back onto their

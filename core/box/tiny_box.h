@@ -10,18 +10,24 @@
 #include "box/size_class_box.h"
 #include "box/profile_box.h"
 
+/* Block b, the top of class cls's cache, handed out.  The cache links
+ * blocks of several SuperSlabs (the hardened build checks each link as
+ * such). */
+static inline void *hak_tiny_cache_pop(hak_heap_t *h, unsigned cls, hak_block_t *b) {
+    h->tiny_free[cls] = hak_link_get_any(b);
+    h->tiny_room[cls]++;
+    hak_block_taken(b);
+    return b;
+}
+
 /* NULL when the cache is empty or the profiler's countdown ran out: the
- * caller takes the slow path.  The cache links blocks of several
- * SuperSlabs (the hardened build checks each link as such). */
+ * caller takes the slow path. */
 static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     unsigned cls = hak_tiny_class(size);
     hak_block_t *b = h->tiny_free[cls];
     if (hak_likely(b != NULL)) {
         HAK_SAMPLE_COUNTDOWN(h, size, sample);
-        h->tiny_free[cls] = hak_link_get_any(b);
-        h->tiny_room[cls]++;
-        hak_block_taken(b);
-        return b;
+        return hak_tiny_cache_pop(h, cls, b);
     }
 sample:
     return NULL;

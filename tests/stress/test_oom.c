@@ -163,8 +163,9 @@ static const tier_t tiers[] = {
 };
 #define NTIERS (sizeof tiers / sizeof tiers[0])
 
-/* 17..32 B: the class that HAKMEM_TINY_C2_LOCAL_CACHE=1 puts behind a
- * per-thread cache (malloc and realloc only, to keep the time down). */
+/* 17..32 B: a Tiny class run out of memory through its thread cache, whose
+ * refills link blocks of several SuperSlabs (malloc and realloc only, to
+ * keep the time down). */
 static const tier_t tiny32 = { "Tiny 32-byte class", 32, 16 };
 
 /* ---- the limit ---------------------------------------------------------------- */
