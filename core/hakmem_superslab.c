@@ -147,25 +147,39 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     hak_chunk_retire_range(ss, HAK_CHUNK_SIZE);
 }
 
-/* First run of npages free pages starting at a multiple of align_pages (a
- * power of two), or -1.  Page 0 also holds the header: only Tiny slabs use
- * it, since their blocks stay naturally aligned at HAK_SS_DATA0 and a page
- * there still holds many.  Bit operations rather than a scan of the 64
- * pages: a span allocation may look at every SuperSlab of the heap. */
-static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, bool page0) {
-    uint64_t r = free_pages;        /* bit i: the `have` pages from i are free */
-    for (unsigned have = 1; have < npages;) {
-        unsigned step = have < npages - have ? have : npages - have;
-        r &= r >> step;
-        have += step;
+/* The best-fitting run of npages free pages starting at a multiple of
+ * align_pages (a power of two), or -1; *run_len: the length of the free run
+ * it is cut from.  The shortest run that fits, so spans of different
+ * lengths (1 to 16 pages) do not cut up each other's runs: first fit let
+ * one-page slabs nibble the long runs that retired multi-page spans left,
+ * and the next multi-page span took fresh pages instead.  Page 0 also holds
+ * the header: only Tiny slabs use it, since their blocks stay naturally
+ * aligned at HAK_SS_DATA0 and a page there still holds many.  A walk of
+ * the runs (at most 32), not of the 64 pages. */
+static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, bool page0,
+                    unsigned *run_len) {
+    uint64_t f = page0 ? free_pages : free_pages & ~(uint64_t)1;
+    int best = -1;
+    unsigned best_len = HAK_SS_PAGES + 1;
+    while (f != 0) {
+        unsigned start = (unsigned)__builtin_ctzll(f);
+        uint64_t gaps = ~(f >> start);
+        unsigned len = gaps == 0 ? HAK_SS_PAGES - start : (unsigned)__builtin_ctzll(gaps);
+        unsigned at = (start + align_pages - 1) & ~(align_pages - 1);
+        if (at + npages <= start + len && len < best_len) {
+            best = (int)at;
+            best_len = len;
+            if (len == npages) break;
+        }
+        f = start + len >= HAK_SS_PAGES ? 0 : f & (~(uint64_t)0 << (start + len));
     }
-    r &= ~(uint64_t)0 / (((uint64_t)1 << align_pages) - 1);   /* multiples of align */
-    if (!page0) r &= ~(uint64_t)1;
-    return r != 0 ? __builtin_ctzll(r) : -1;
+    *run_len = best_len;
+    return best;
 }
 
 /* Free pages still resident are reused first (no page faults, and fewer
- * to decommit); then any free run of a HOT SuperSlab; then a DRAINING one
+ * to decommit); then any free run of a HOT SuperSlab, the best fit of the
+ * heap's in each case (an exact fit ends the search); then a DRAINING one
  * is revived (*revived: its slabs are the caller's to put back in
  * service); then a new SuperSlab. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
@@ -173,20 +187,35 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     *revived = false;
     hak_superslab_t *ss = NULL, *draining = NULL;
     int idx = -1, draining_idx = -1;
+    unsigned len, best_len = HAK_SS_PAGES + 1;
     if (h->dirty_count >= npages) {
-        for (ss = h->ss_list; ss != NULL; ss = ss->next) {
-            if (hak_ss_state(ss) != HAK_SS_HOT) continue;
-            idx = find_run(ss->free_pages & ss->dirty_pages, npages, align_pages, page0);
-            if (idx >= 0) break;
+        for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next) {
+            if (hak_ss_state(o) != HAK_SS_HOT) continue;
+            int i = find_run(o->free_pages & o->dirty_pages, npages, align_pages, page0, &len);
+            if (i >= 0 && len < best_len) {
+                ss = o;
+                idx = i;
+                best_len = len;
+                if (len == npages) break;
+            }
         }
     }
     if (ss == NULL) {
-        for (ss = h->ss_list; ss != NULL; ss = ss->next) {
-            if (ss->free_pages == 0) continue;
-            int i = find_run(ss->free_pages, npages, align_pages, page0);
+        for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next) {
+            if (o->free_pages == 0) continue;
+            int i = find_run(o->free_pages, npages, align_pages, page0, &len);
             if (i < 0) continue;
-            if (hak_ss_state(ss) == HAK_SS_HOT) { idx = i; break; }
-            if (draining == NULL) { draining = ss; draining_idx = i; }
+            if (hak_ss_state(o) == HAK_SS_HOT) {
+                if (len < best_len) {
+                    ss = o;
+                    idx = i;
+                    best_len = len;
+                    if (len == npages) break;
+                }
+            } else if (draining == NULL) {
+                draining = o;
+                draining_idx = i;
+            }
         }
     }
     if (ss == NULL && draining != NULL) {      /* no HOT room: revive before mapping */
@@ -198,7 +227,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     if (ss == NULL) {
         ss = ss_new(h);
         if (ss == NULL) return NULL;
-        idx = find_run(ss->free_pages, npages, align_pages, page0);
+        idx = find_run(ss->free_pages, npages, align_pages, page0, &len);
         hak_assert(idx >= 0);
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
