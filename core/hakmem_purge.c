@@ -131,17 +131,21 @@ static void *purger_main(void *arg) {
     uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
     uint32_t ending = 1;     /* ms: poll interval once no thread has a heap */
     uint32_t linger = delay * 10 < 1000 ? 1000 : delay * 10 > 60000 ? 60000 : delay * 10;
-    uint32_t idle_since = 0; /* hak_now_ms() | 1 when the passes found nothing */
+    bool idle = false;       /* the passes found nothing ...               */
+    uint32_t idle_since = 0; /* ... since this hak_now_ms()                 */
     for (;;) {
         if (purger_alone()) break;
         uint32_t wait = purger_pass();
-        if (wait != HAK_PURGE_NONE) idle_since = 0;
+        if (wait != HAK_PURGE_NONE) idle = false;
         if (wait == HAK_PURGE_NONE && hak_heap_active_count() != 0) {
             /* Idle for a while: the program's next frees find a purger (they
              * cannot start one).  A free that stamps after the idle flag is
              * up wakes it; one before is seen by the second pass. */
             uint32_t now = hak_now_ms();
-            if (idle_since == 0) idle_since = now | 1;
+            if (!idle) {
+                idle = true;
+                idle_since = now;
+            }
             if (now - idle_since < linger) {
                 atomic_store(&purger_idle, 1);
                 if (purger_pass() == HAK_PURGE_NONE)
