@@ -272,6 +272,24 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     return h;
 }
 
+/* The L2.5 pool's shared heap (hakmem_l25_pool.c): active for good, so the
+ * purger walks it, and no thread's. */
+hak_heap_t *hak_heap_new_shared(void) {
+    hak_heap_t *h = hak_heap_new_private(0);
+    if (h == NULL) return NULL;
+    __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
+    return h;
+}
+
+/* h's remote frees collected and its empty slabs and SuperSlabs retired,
+ * keeping its spares, or (`bare`: malloc_trim) none.  The caller owns h. */
+void hak_heap_sweep(hak_heap_t *h, bool bare) {
+    uint8_t keep = h->keep_spares;
+    if (bare) h->keep_spares = HAK_SPARES_NONE;
+    heap_sweep(h);
+    h->keep_spares = keep;
+}
+
 /* The abandoned heaps give back what they hold (heap_reclaim), as `how`
  * says (HAK_RECLAIM_*, hakmem_internal.h).  Taken off the list one at a
  * time while that runs and put back at its tail, so a new thread finds the
@@ -332,10 +350,7 @@ size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATO
 void hak_heap_trim_self(hak_heap_t *h) {
     atomic_store_explicit(&h->trim_request, false, memory_order_relaxed);
     heap_flush_rings(h);
-    uint8_t keep = h->keep_spares;
-    h->keep_spares = HAK_SPARES_NONE;
-    heap_sweep(h);
-    h->keep_spares = keep;
+    hak_heap_sweep(h, true);
 }
 
 /* The heap shrank to half since its rings were last flushed
@@ -349,7 +364,8 @@ void hak_heap_shrunk(hak_heap_t *h) {
 void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);
-    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all) n += h->chunk_kind == 0;
+    for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
+        n += h->chunk_kind == 0 && h != hak_l25_heap;
     hak_unlock(&heap_lock);
     *heaps = n;
     *abandoned = atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed);
@@ -419,7 +435,8 @@ void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
  * its lock held).  Lets heap_lock go. */
 void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_own_heap && h->chunk_kind == 0) h->state = HAK_HEAP_ORPHANED;
+        if (h != hak_tls_own_heap && h != hak_l25_heap && h->chunk_kind == 0)
+            h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;
     __atomic_store_n(&active_count, hak_tls_own_heap != NULL, __ATOMIC_RELAXED);

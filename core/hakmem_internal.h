@@ -165,6 +165,16 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
+/* The L2.5 slabs' shared heap, and its lock as threads take it: refills
+ * take from it, ring flushes return to it. */
+HAK_INTERNAL extern hak_heap_t *hak_l25_heap;
+HAK_INTERNAL bool hak_l25_init(void);
+HAK_INTERNAL hak_heap_t *hak_l25_lock(void);
+HAK_INTERNAL bool hak_l25_unlock(void);
+HAK_INTERNAL unsigned hak_l25_take(unsigned cls, void **out, unsigned n);
+HAK_INTERNAL uint32_t hak_l25_purge(uint32_t now, uint32_t delay, bool trylock);
+HAK_INTERNAL void hak_l25_fork_lock(void);
+HAK_INTERNAL void hak_l25_fork_unlock(void);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
@@ -266,6 +276,8 @@ HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
+HAK_INTERNAL hak_heap_t *hak_heap_new_shared(void);
+HAK_INTERNAL void hak_heap_sweep(hak_heap_t *h, bool bare);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 /* What hak_heap_reclaim_abandoned does, and to which heaps. */
 enum {

@@ -36,7 +36,8 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
     unsigned want = hak_refill_want(h, cls, r->cap > 1 ? r->cap / 2 : 1);
-    unsigned got = hak_class_take(h, cls, r->slot, want, NULL);
+    unsigned got = cls >= HAK_L25_FIRST ? hak_l25_take(cls, r->slot, want)
+                                        : hak_class_take(h, cls, r->slot, want, NULL);
     if (got == 0) {
         errno = ENOMEM;
         return NULL;
@@ -114,25 +115,30 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
     hak_heap_unlock(h);
 }
 
-/* Return the oldest blocks to their slabs, keeping the newest `keep`.  The
- * blocks stay resident, stamped: the purger gives their pages back once
- * they have stayed unused for the delay (hak_slab_purge), unless a refill
- * takes them first.  With delay 0 they go at once. */
+/* Return the oldest blocks of h's ring r to their slabs (h's own, or for
+ * L2.5 the shared heap's), keeping the newest `keep`.  The blocks stay
+ * resident, stamped: the purger gives their pages back once they have
+ * stayed unused for the delay (hak_slab_purge), unless a refill takes them
+ * first.  With delay 0 they go at once. */
 static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     unsigned n = r->count > keep ? r->count - keep : 0;
     if (n == 0) return;
-    hak_heap_lock(h);
+    const hak_slab_t *s0 = hak_slab_of(r->slot[0]);
+    bool shared = s0->tier == HAK_TIER_L25;
+    hak_heap_t *owner = shared ? hak_l25_lock() : h;
+    if (!shared) hak_heap_lock(h);
     uint32_t now = hak_now_ms();
     bool at_once = hak_opt.purge_delay_ms == 0;
-    if (!at_once) h->purge_pending += (size_t)n * hak_class_block_size[hak_slab_of(r->slot[0])->cls];
-    if (hak_opt.mid_inuse_deferred && hak_slab_of(r->slot[0])->tier == HAK_TIER_L2) {
+    if (!at_once) owner->purge_pending += (size_t)n * hak_class_block_size[s0->cls];
+    if (hak_opt.mid_inuse_deferred && !shared) {
         flush_deferred(h, r->slot, n, now);
     } else {
-        for (unsigned i = 0; i < n; i++) block_return(h, r->slot[i], now, at_once);
+        for (unsigned i = 0; i < n; i++) block_return(owner, r->slot[i], now, at_once);
     }
     memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
     r->count -= n;
-    hak_heap_unlock(h);
+    if (!shared) hak_heap_unlock(h);
+    else if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;   /* h's caller kicks */
 }
 
 /* Every ring back to the slabs (thread exit, trim). */

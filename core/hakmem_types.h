@@ -48,6 +48,10 @@
  *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
  *                        front of the same slabs; refilled/flushed in batches
  *                        (a class's first refills in a heap take 1, 2, 4...).
+ *                        L2.5 slabs belong to one heap shared by all threads
+ *                        (hakmem_l25_pool.c): a thread's L2.5 free goes on
+ *                        its own ring whoever took the block, and the rings
+ *                        refill from and flush to the shared slabs.
  *   Large  > 1 MiB       its own mapping (a whole number of chunks), taken
  *                        from a cache of freed ranges (split and merged) when
  *                        one fits; mremap growth.

@@ -10,7 +10,9 @@
  *   POOL_OVERFLOW_COUNT  live blocks of one class in test_ring_overflow, run
  *                        at SIZE_LO, POOL_OVERFLOW_MID and SIZE_HI
  *   POOL_OVERFLOW_MID    the middle size class of test_ring_overflow
- *   POOL_XT_COUNT        blocks handed between threads in test_cross_thread */
+ *   POOL_XT_COUNT        blocks handed between threads in test_cross_thread
+ * and may define POOL_EXTRA_TESTS: more entries for main's table (tests of
+ * its own, defined before it includes this file). */
 #ifndef HAKMEM_TESTS_POOL_TESTS_H
 #define HAKMEM_TESTS_POOL_TESTS_H
 
@@ -130,6 +132,9 @@ int main(void)
         TEST_API(test_ring_overflow, API_HAK),
         TEST_API(test_cross_thread, API_STD),
         TEST_API(test_cross_thread, API_HAK),
+#ifdef POOL_EXTRA_TESTS
+        POOL_EXTRA_TESTS
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

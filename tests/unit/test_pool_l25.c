@@ -7,7 +7,9 @@
  * classes are interleaved); many live blocks, more than a per-thread ring
  * holds, never overlap and keep their contents; blocks may be freed by
  * another thread.  The tests are in pool_tests.h, shared with
- * test_pool_l2.c; this file sets the tier's parameters. */
+ * test_pool_l2.c; this file sets the tier's parameters and adds one of the
+ * tier's own: its slabs are shared, so blocks a running thread freed serve
+ * another thread. */
 #include "hakmem.h"
 
 #define TIER HAK_TIER_L25
@@ -18,5 +20,91 @@
 #define POOL_OVERFLOW_COUNT 40
 #define POOL_OVERFLOW_MID 262144
 #define POOL_XT_COUNT 32
+
+#include "tier_common.h"
+
+/* ---- the L2.5 slabs are shared by all threads ----------------------------
+ * A thread frees L2.5 blocks while it keeps running; another thread, which
+ * has not used the tier yet, then allocates as many of the same size: many
+ * of them must be the first thread's blocks (all but those its ring still
+ * holds), not fresh memory of its own.  Blocks the heap profiler sampled
+ * (HAKMEM_PROFILE) live apart and are not counted; when it samples nearly
+ * all of them (a small HAKMEM_PROFILE_RATE) there is nothing to check. */
+#define SHARED_SIZE  ((size_t)100000)
+#define SHARED_COUNT 32
+
+typedef struct {
+    const api_t *api;
+    void *blocks[SHARED_COUNT];
+    int plain;                     /* of them not sampled by the profiler */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int freed, done;
+} shared_t;
+
+static void *shared_first(void *arg)
+{
+    shared_t *sh = arg;
+    void *kept[SHARED_COUNT];
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        kept[i] = sh->blocks[i] = sh->api->malloc_(SHARED_SIZE);
+        if (sh->blocks[i] != NULL) memset(sh->blocks[i], 0x5c, SHARED_SIZE);
+        if (sh->blocks[i] != NULL && !hak_profile_sampled(sh->blocks[i])) sh->plain++;
+        else sh->blocks[i] = NULL;                 /* not counted below */
+    }
+    for (int i = 0; i < SHARED_COUNT; i++) sh->api->free_(kept[i]);
+    pthread_mutex_lock(&sh->lock);
+    sh->freed = 1;
+    pthread_cond_broadcast(&sh->cond);
+    while (!sh->done) pthread_cond_wait(&sh->cond, &sh->lock);   /* alive meanwhile */
+    pthread_mutex_unlock(&sh->lock);
+    return NULL;
+}
+
+static void *shared_second(void *arg)
+{
+    shared_t *sh = arg;
+    void *mine[SHARED_COUNT];
+    long reused = 0;
+    for (int i = 0; i < SHARED_COUNT; i++) {
+        mine[i] = sh->api->malloc_(SHARED_SIZE);
+        if (mine[i] != NULL && hak_profile_sampled(mine[i])) continue;
+        for (int j = 0; j < SHARED_COUNT && mine[i] != NULL; j++)
+            if (mine[i] == sh->blocks[j]) {
+                reused++;
+                break;
+            }
+    }
+    for (int i = 0; i < SHARED_COUNT; i++) sh->api->free_(mine[i]);
+    return (void *)reused;
+}
+
+static void test_freed_blocks_serve_other_threads(void **state)
+{
+    shared_t sh = { .api = *state, .lock = PTHREAD_MUTEX_INITIALIZER,
+                    .cond = PTHREAD_COND_INITIALIZER };
+    pthread_t first, second;
+    assert_int_equal(pthread_create(&first, NULL, shared_first, &sh), 0);
+    pthread_mutex_lock(&sh.lock);
+    while (!sh.freed) pthread_cond_wait(&sh.cond, &sh.lock);
+    pthread_mutex_unlock(&sh.lock);
+    void *reused = NULL;
+    assert_int_equal(pthread_create(&second, NULL, shared_second, &sh), 0);
+    assert_int_equal(pthread_join(second, &reused), 0);
+    pthread_mutex_lock(&sh.lock);
+    sh.done = 1;
+    pthread_cond_broadcast(&sh.cond);
+    pthread_mutex_unlock(&sh.lock);
+    assert_int_equal(pthread_join(first, NULL), 0);
+    print_message("%ld of %d blocks were the running thread's freed blocks (%d not sampled)\n",
+                  (long)reused, SHARED_COUNT, sh.plain);
+    if (sh.plain >= SHARED_COUNT / 2 && (long)reused < sh.plain / 4)
+        fail_msg("a thread got %ld of the %d blocks another running thread had freed",
+                 (long)reused, sh.plain);
+}
+
+#define POOL_EXTRA_TESTS                                        \
+    TEST_API(test_freed_blocks_serve_other_threads, API_STD),  \
+    TEST_API(test_freed_blocks_serve_other_threads, API_HAK),
 
 #include "pool_tests.h"
