@@ -272,22 +272,57 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
     return h;
 }
 
-/* The L2.5 pool's shared heap (hakmem_l25_pool.c): active for good, so the
- * purger walks it, and no thread's. */
-hak_heap_t *hak_heap_new_shared(void) {
+/* ---- the shared L2.5 heap ---------------------------------------------------
+ * The heap the L2.5 slabs belong to (hakmem_l25_pool.c says why): made at
+ * start-up, active for good and no thread's, so it is never adopted,
+ * abandoned or orphaned, and not counted among the thread heaps. */
+hak_heap_t *hak_l25_heap;
+
+static void heap_make_shared(void) {
     hak_heap_t *h = hak_heap_new_private(0);
-    if (h == NULL) return NULL;
+    if (h == NULL) return;     /* then hak_l25_take finds none: ENOMEM */
     __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
-    return h;
+    hak_l25_heap = h;
 }
 
 /* h's remote frees collected and its empty slabs and SuperSlabs retired,
- * keeping its spares, or (`bare`: malloc_trim) none.  The caller owns h. */
-void hak_heap_sweep(hak_heap_t *h, bool bare) {
+ * keeping no spares.  The caller owns h. */
+static void heap_sweep_bare(hak_heap_t *h) {
     uint8_t keep = h->keep_spares;
-    if (bare) h->keep_spares = HAK_SPARES_NONE;
+    h->keep_spares = HAK_SPARES_NONE;
     heap_sweep(h);
     h->keep_spares = keep;
+}
+
+/* The purger's pass over the shared heap.  First what an owner would do on
+ * its slow paths (the heap has no thread to do it): remote frees collected
+ * (those of threads without a heap) and empty slabs retired, the spares
+ * too: between passes they absorb a class's empty-and-refill churn, and
+ * one still empty a pass later has been idle about a delay (its span's
+ * pages then go back a delay after, unless a new slab takes them).  Then,
+ * as for every heap, what has stayed free for the delay goes back.
+ * Returns ms until the next stamp falls due. */
+uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
+    hak_heap_t *s = hak_l25_heap;
+    if (s == NULL) return HAK_PURGE_NONE;
+    if (trylock) {
+        if (!hak_trylock(&s->lock)) return delay;
+        s->lock_depth = 1;
+    } else {
+        hak_l25_lock();
+    }
+    heap_sweep_bare(s);
+    uint32_t wait = hak_slab_purge_heap(s, now, delay);
+    hak_l25_unlock();
+    return wait;
+}
+
+/* Held across fork after the profiler's locks (a refill may run under them). */
+void hak_heap_fork_lock_shared(void) {
+    if (hak_l25_heap != NULL) hak_lock(&hak_l25_heap->lock);
+}
+void hak_heap_fork_unlock_shared(void) {
+    if (hak_l25_heap != NULL) hak_unlock(&hak_l25_heap->lock);
 }
 
 /* The abandoned heaps give back what they hold (heap_reclaim), as `how`
@@ -350,7 +385,7 @@ size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATO
 void hak_heap_trim_self(hak_heap_t *h) {
     atomic_store_explicit(&h->trim_request, false, memory_order_relaxed);
     heap_flush_rings(h);
-    hak_heap_sweep(h, true);
+    heap_sweep_bare(h);
 }
 
 /* The heap shrank to half since its rings were last flushed
@@ -420,6 +455,7 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
 /* ---- start-up and fork (the handlers: hakmem_init.c) -------------------------- */
 void hak_heap_init(void (*exit_fn)(void *heap)) {
     heap_key_ready = pthread_key_create(&heap_key, exit_fn) == 0;
+    heap_make_shared();
 }
 
 void hak_heap_fork_lock(void)   { hak_lock(&heap_lock); }

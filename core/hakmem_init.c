@@ -24,7 +24,7 @@ static void fork_prepare(void) {
     hak_purge_fork_prepare();
     hak_heap_fork_lock();
     hak_profile_lock_all();     /* its heaps map SuperSlabs under its locks */
-    hak_l25_fork_lock();        /* a refill may run under either above */
+    hak_heap_fork_lock_shared();     /* a refill may run under either above */
     hak_chunk_map_lock_all();
     hak_ss_lock_all();
     hak_large_lock_all();
@@ -43,7 +43,7 @@ static void fork_unlock_inner(void) {
     hak_large_unlock_all();
     hak_ss_unlock_all();
     hak_chunk_map_unlock_all();
-    hak_l25_fork_unlock();
+    hak_heap_fork_unlock_shared();
     hak_profile_unlock_all();
 }
 
@@ -89,7 +89,6 @@ static void hak_init(void) {
     hak_profile_init();
     hak_free_check_init();
     hak_heap_init(thread_exit);
-    hak_l25_init();
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

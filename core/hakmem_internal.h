@@ -96,6 +96,20 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
     if (--h->lock_depth == 0) hak_unlock(&h->lock);
 }
 
+/* The heap the L2.5 slabs belong to, shared by every thread (made with
+ * the thread heaps: hakmem_heap.c; used by hakmem_l25_pool.c).  Threads
+ * take its lock here, before its nesting count (hak_heap_lock raises the
+ * count before it locks: right for a heap's one owner, not for many
+ * threads); the layers below nest in it as in any heap's.  The unlock says
+ * whether the heap stamped enough to start the purger (the caller passes
+ * that on to its own heap, which is asked with no lock held). */
+HAK_INTERNAL extern hak_heap_t *hak_l25_heap;
+static inline hak_heap_t *hak_l25_lock(void) {
+    hak_lock(&hak_l25_heap->lock);
+    hak_l25_heap->lock_depth = 1;
+    return hak_l25_heap;
+}
+
 /* The layers below reclamation only count what they stamp
  * (h->purge_pending; a heap's second and later SuperSlabs count as
  * HAK_PURGE_KICK_MIN each, so the purger runs before the memory it will
@@ -107,6 +121,13 @@ static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
     h->purge_pending = 0;
     return true;
+}
+
+static inline bool hak_l25_unlock(void) {
+    bool due = hak_heap_kick_due(hak_l25_heap);
+    hak_l25_heap->lock_depth = 0;
+    hak_unlock(&hak_l25_heap->lock);
+    return due;
 }
 
 /* SuperSlabs (hakmem_superslab.c) */
@@ -165,16 +186,7 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
-/* The L2.5 slabs' shared heap, and its lock as threads take it: refills
- * take from it, ring flushes return to it. */
-HAK_INTERNAL extern hak_heap_t *hak_l25_heap;
-HAK_INTERNAL bool hak_l25_init(void);
-HAK_INTERNAL hak_heap_t *hak_l25_lock(void);
-HAK_INTERNAL bool hak_l25_unlock(void);
 HAK_INTERNAL unsigned hak_l25_take(unsigned cls, void **out, unsigned n);
-HAK_INTERNAL uint32_t hak_l25_purge(uint32_t now, uint32_t delay, bool trylock);
-HAK_INTERNAL void hak_l25_fork_lock(void);
-HAK_INTERNAL void hak_l25_fork_unlock(void);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
@@ -276,8 +288,10 @@ HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
-HAK_INTERNAL hak_heap_t *hak_heap_new_shared(void);
-HAK_INTERNAL void hak_heap_sweep(hak_heap_t *h, bool bare);
+/* The purger's pass over the shared L2.5 heap (delay 0: malloc_trim). */
+HAK_INTERNAL uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock);
+HAK_INTERNAL void hak_heap_fork_lock_shared(void);
+HAK_INTERNAL void hak_heap_fork_unlock_shared(void);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
 /* What hak_heap_reclaim_abandoned does, and to which heaps. */
 enum {

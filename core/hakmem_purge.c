@@ -85,8 +85,8 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
     /* More abandoned heaps to collect: come back at once. */
     uint32_t wait = hak_heap_reclaim_abandoned(HAK_RECLAIM_NOTIFIED) ? 0 : HAK_PURGE_NONE;
     uint32_t now = hak_now_ms();
-    uint32_t wait_l25 = hak_l25_purge(now, delay, trylock_heaps);
-    if (wait_l25 < wait) wait = wait_l25;
+    uint32_t wait_shared = hak_heap_purge_shared(now, delay, trylock_heaps);
+    if (wait_shared < wait) wait = wait_shared;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || h == hak_l25_heap) continue;
@@ -250,7 +250,7 @@ bool hak_purge_everything(void) {
     }
     hak_lock(&purge_lock);
     hak_heap_reclaim_abandoned(0);
-    hak_l25_purge(0, 0, false);
+    hak_heap_purge_shared(0, 0, false);
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || h == hak_l25_heap) continue;
