@@ -238,7 +238,11 @@ static HAK_NOINLINE void free_slab_block(void *p) {
     }
     if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], s->owner != h);
     if (s->owner != h) {
-        if (hak_remote_free(s, p)) hak_purge_request();
+        /* The shared L2.5 heap has no thread to collect: the purger does.
+         * (Read before the push: once p is on the list, the owner may
+         * collect it and retire the slab.) */
+        bool shared = s->owner == hak_l25_heap;
+        if (hak_remote_free(s, p) || shared) hak_purge_request();
         return;
     }
     if (s->tier == HAK_TIER_TINY) {

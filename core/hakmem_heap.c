@@ -442,6 +442,10 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
         h->keep_spares = HAK_SPARES_REFILL;
         p = hak_heap_alloc(h, size);
         if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+        /* An abandoned heap's rings are empty: a reclaim may run where the
+         * shared L2.5 heap's lock is held (making room for its SuperSlab),
+         * and must not need it. */
+        hak_pool_flush_all(h);
         heap_park(h);
         hak_tls_fast_heap = &hak_empty_heap;
         hak_tls_own_heap = NULL;

@@ -186,7 +186,7 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
-HAK_INTERNAL unsigned hak_l25_take(unsigned cls, void **out, unsigned n);
+HAK_INTERNAL unsigned hak_l25_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);

@@ -36,7 +36,7 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
     unsigned want = hak_refill_want(h, cls, r->cap > 1 ? r->cap / 2 : 1);
-    unsigned got = cls >= HAK_L25_FIRST ? hak_l25_take(cls, r->slot, want)
+    unsigned got = cls >= HAK_L25_FIRST ? hak_l25_take(h, cls, r->slot, want)
                                         : hak_class_take(h, cls, r->slot, want, NULL);
     if (got == 0) {
         errno = ENOMEM;

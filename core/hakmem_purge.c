@@ -165,6 +165,7 @@ static void *purger_main(void *arg) {
             if (wait == HAK_PURGE_NONE) return NULL;
             int expected = 0;
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
+            idle = false;       /* that pass found work: back in service */
         }
         uint32_t ms = wait + slack + 1;
         if (hak_heap_active_count() == 0) {
