@@ -56,6 +56,12 @@
  *     still one thread, and the mapping stays cached.  The next malloc slow
  *     path starts the purger, and the mapping goes back.
  *
+ * test_l25_memory_back_after_delay  (delay 200 ms)
+ *     The main thread's first allocations: 200 blocks of 300 KiB (L2.5
+ *     only: their slabs are the shared heap's), written, then freed, and
+ *     nothing more is allocated.  The shared heap's SuperSlabs must start
+ *     the purger (a free cannot), and the memory go back within 10 s.
+ *
  * test_purger_ends_with_process  (delay 10 min)
  *     32 MiB freed (the purger runs), a thread started and gone, then the
  *     main thread ends with pthread_exit: the process ends with its last
@@ -526,6 +532,28 @@ static int child_large(void)
 #undef CHECK
 }
 
+static int child_l25_after_delay(void)
+{
+    enum { N = 200, SIZE = 300 * 1024 };
+    static void *blocks[N];
+    size_t rss0 = st_rss_bytes();
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(SIZE);
+        if (blocks[i] == NULL) return 1;
+        memset(blocks[i], 0x3c, SIZE);
+    }
+    size_t rss_full = st_rss_bytes();
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    /* What may stay: the rings' few blocks of the class (1 MiB) and headers. */
+    size_t goal = rss0 + 8 * MiB;
+    size_t rss_back = wait_rss_below(goal, 10.0);
+    printf("L2.5 blocks only: RSS %zu KiB, full %zu, %zu after waiting (goal %zu)\n", rss0 >> 10,
+           rss_full >> 10, rss_back >> 10, goal >> 10);
+    if (rss_full < rss0 + 48 * MiB) { printf("FAIL: the blocks were not resident\n"); return 1; }
+    if (rss_back > goal) { printf("FAIL: freed L2.5 memory not given back after the delay\n"); return 1; }
+    return 0;
+}
+
 /* Memory stamped (the purger runs, with a delay of 10 minutes), a thread
  * that exits, then the main thread ends with pthread_exit: the process must
  * end when its threads have, not when the purger's sleep is over. */
@@ -639,6 +667,7 @@ static void test_trim_reaches_live_thread(void **state) { (void)state; run_child
 static void test_fork_while_purge_due(void **state) { (void)state; run_child("fork", "50"); }
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
 static void test_free_starts_no_thread(void **state) { (void)state; run_child("free-no-thread", "100"); }
+static void test_l25_memory_back_after_delay(void **state) { (void)state; run_child("l25-after-delay", "200"); }
 static void test_purger_ends_with_process(void **state)
 {
     (void)state;
@@ -660,6 +689,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "fork") == 0) return child_fork();
         if (strcmp(argv[2], "large") == 0) return child_large();
         if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
+        if (strcmp(argv[2], "l25-after-delay") == 0) return child_l25_after_delay();
         if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
     }
@@ -674,6 +704,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fork_while_purge_due),
         cmocka_unit_test(test_large_reuse),
         cmocka_unit_test(test_free_starts_no_thread),
+        cmocka_unit_test(test_l25_memory_back_after_delay),
         cmocka_unit_test(test_purger_ends_with_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
