@@ -219,7 +219,7 @@ static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
 static HAK_NOINLINE void free_slab_block(void *p) {
     hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
     hak_heap_t *h = hak_tls_own_heap;
-    if (s->owner == hak_l25_heap && h != NULL) {
+    if (s->owner == &hak_l25_heap && h != NULL) {
         /* An L2.5 block (its slabs are shared: hakmem_l25_pool.c): into
          * the freeing thread's own ring, whichever thread took it; a full
          * ring goes back to the shared slabs half at a time, one lock for
@@ -241,7 +241,7 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         /* The shared L2.5 heap has no thread to collect: the purger does.
          * (Read before the push: once p is on the list, the owner may
          * collect it and retire the slab.) */
-        bool shared = s->owner == hak_l25_heap;
+        bool shared = s->owner == &hak_l25_heap;
         if (hak_remote_free(s, p) || shared) hak_purge_request();
         return;
     }
@@ -306,6 +306,9 @@ void hak_free(void *p) {
             if (hak_unlikely(!hak_pool_free(s->ring, p))) free_ring_full(h, s->ring, p);
             return;
         }
+        /* an L2.5 block goes on the freeing thread's ring (free_slab_block
+         * when that is full, or the empty heap's) */
+        if (s->owner == &hak_l25_heap && hak_pool_free(h->ring[s->cls], p)) return;
         free_slab_block(p);
         return;
     }

@@ -96,9 +96,7 @@ static size_t active_count;   /* heaps with a thread: written under heap_lock,
 
 /* chunk_kind: 0, or HAK_CHUNK_PROF for a heap of sampled blocks; set
  * before the heap is published (the purger reads it unlocked). */
-static hak_heap_t *heap_new(uint8_t chunk_kind) {
-    hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
-    if (h == NULL) return NULL;
+static void heap_setup(hak_heap_t *h, uint8_t chunk_kind) {
     h->chunk_kind = chunk_kind;
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->queue_head[c] = &hak_empty_slab;
@@ -108,6 +106,11 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
     hak_tiny_init_heap(h);
     h->next_all = heaps_all;
     __atomic_store_n(&heaps_all, h, __ATOMIC_RELEASE);   /* the purger walks it unlocked */
+}
+
+static hak_heap_t *heap_new(uint8_t chunk_kind) {
+    hak_heap_t *h = hak_meta_alloc(sizeof(hak_heap_t));
+    if (h != NULL) heap_setup(h, chunk_kind);
     return h;
 }
 
@@ -261,28 +264,34 @@ HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
     return p != NULL ? p : hak_pool_alloc_slow(size, h);
 }
 
-hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
-    hak_lock(&heap_lock);
-    hak_heap_t *h = heap_new(chunk_kind);
-    hak_unlock(&heap_lock);
-    if (h == NULL) return NULL;
+/* A heap of no thread, set up after heap_setup (caller holds heap_lock). */
+static void heap_make_private(hak_heap_t *h) {
     h->keep_spares = HAK_SPARES_REFILL;    /* as any thread's heap */
     h->sample_left = INT64_MAX;
     h->prof_ready = true;
+}
+
+hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heap_new(chunk_kind);
+    if (h != NULL) heap_make_private(h);
+    hak_unlock(&heap_lock);
     return h;
 }
 
 /* ---- the shared L2.5 heap ---------------------------------------------------
- * The heap the L2.5 slabs belong to (hakmem_l25_pool.c says why): made at
- * start-up, active for good and no thread's, so it is never adopted,
- * abandoned or orphaned, and not counted among the thread heaps. */
-hak_heap_t *hak_l25_heap;
+ * The heap the L2.5 slabs belong to (hakmem_l25_pool.c says why): set up
+ * at start-up, active for good and no thread's, so it is never adopted,
+ * abandoned or orphaned, and not counted among the thread heaps.  Static,
+ * so it cannot fail to exist and its address is a constant. */
+hak_heap_t hak_l25_heap;
 
 static void heap_make_shared(void) {
-    hak_heap_t *h = hak_heap_new_private(0);
-    if (h == NULL) return;     /* then hak_l25_take finds none: ENOMEM */
-    __atomic_store_n(&h->state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
-    hak_l25_heap = h;
+    hak_lock(&heap_lock);
+    heap_setup(&hak_l25_heap, 0);
+    heap_make_private(&hak_l25_heap);
+    __atomic_store_n(&hak_l25_heap.state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
+    hak_unlock(&heap_lock);
 }
 
 /* h's remote frees collected and its empty slabs and SuperSlabs retired,
@@ -303,14 +312,9 @@ static void heap_sweep_bare(hak_heap_t *h) {
  * as for every heap, what has stayed free for the delay goes back.
  * Returns ms until the next stamp falls due. */
 uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
-    hak_heap_t *s = hak_l25_heap;
-    if (s == NULL) return HAK_PURGE_NONE;
-    if (trylock) {
-        if (!hak_trylock(&s->lock)) return delay;
-        s->lock_depth = 1;
-    } else {
-        hak_l25_lock();
-    }
+    hak_heap_t *s = &hak_l25_heap;
+    if (!trylock) hak_l25_lock();
+    else if (!hak_l25_trylock()) return delay;
     heap_sweep_bare(s);
     uint32_t wait = hak_slab_purge_heap(s, now, delay);
     hak_l25_unlock();
@@ -318,12 +322,8 @@ uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
 }
 
 /* Held across fork after the profiler's locks (a refill may run under them). */
-void hak_heap_fork_lock_shared(void) {
-    if (hak_l25_heap != NULL) hak_lock(&hak_l25_heap->lock);
-}
-void hak_heap_fork_unlock_shared(void) {
-    if (hak_l25_heap != NULL) hak_unlock(&hak_l25_heap->lock);
-}
+void hak_heap_fork_lock_shared(void)   { hak_lock(&hak_l25_heap.lock); }
+void hak_heap_fork_unlock_shared(void) { hak_unlock(&hak_l25_heap.lock); }
 
 /* The abandoned heaps give back what they hold (heap_reclaim), as `how`
  * says (HAK_RECLAIM_*, hakmem_internal.h).  Taken off the list one at a
@@ -400,7 +400,7 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        n += h->chunk_kind == 0 && h != hak_l25_heap;
+        n += h->chunk_kind == 0 && h != &hak_l25_heap;
     hak_unlock(&heap_lock);
     *heaps = n;
     *abandoned = atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed);
@@ -475,7 +475,7 @@ void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
  * its lock held).  Lets heap_lock go. */
 void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_own_heap && h != hak_l25_heap && h->chunk_kind == 0)
+        if (h != hak_tls_own_heap && h != &hak_l25_heap && h->chunk_kind == 0)
             h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;

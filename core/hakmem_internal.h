@@ -103,11 +103,16 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
  * threads); the layers below nest in it as in any heap's.  The unlock says
  * whether the heap stamped enough to start the purger (the caller passes
  * that on to its own heap, which is asked with no lock held). */
-HAK_INTERNAL extern hak_heap_t *hak_l25_heap;
+HAK_INTERNAL extern hak_heap_t hak_l25_heap;
 static inline hak_heap_t *hak_l25_lock(void) {
-    hak_lock(&hak_l25_heap->lock);
-    hak_l25_heap->lock_depth = 1;
-    return hak_l25_heap;
+    hak_lock(&hak_l25_heap.lock);
+    hak_l25_heap.lock_depth = 1;
+    return &hak_l25_heap;
+}
+static inline bool hak_l25_trylock(void) {
+    if (!hak_trylock(&hak_l25_heap.lock)) return false;
+    hak_l25_heap.lock_depth = 1;
+    return true;
 }
 
 /* The layers below reclamation only count what they stamp
@@ -124,9 +129,9 @@ static inline bool hak_heap_kick_due(hak_heap_t *h) {
 }
 
 static inline bool hak_l25_unlock(void) {
-    bool due = hak_heap_kick_due(hak_l25_heap);
-    hak_l25_heap->lock_depth = 0;
-    hak_unlock(&hak_l25_heap->lock);
+    bool due = hak_heap_kick_due(&hak_l25_heap);
+    hak_l25_heap.lock_depth = 0;
+    hak_unlock(&hak_l25_heap.lock);
     return due;
 }
 

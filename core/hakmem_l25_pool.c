@@ -32,7 +32,6 @@ unsigned hak_l25_ring_cap(unsigned cls) {
  * first, is passed on to h, whose caller starts the purger (with no lock
  * held: hak_heap_kick_due). */
 unsigned hak_l25_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
-    if (hak_unlikely(hak_l25_heap == NULL)) return 0;   /* not made at start-up */
     hak_heap_t *s = hak_l25_lock();
     unsigned got = hak_class_take(s, cls, out, n, NULL);
     if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;
