@@ -309,14 +309,21 @@ static void heap_sweep_bare(hak_heap_t *h) {
  * too: between passes they absorb a class's empty-and-refill churn, and
  * one still empty a pass later has been idle about a delay (its span's
  * pages then go back a delay after, unless a new slab takes them).  Then,
- * as for every heap, what has stayed free for the delay goes back.
- * Returns ms until the next stamp falls due. */
+ * as for every heap, what has stayed free for the delay goes back; the
+ * empty SuperSlabs that left clean go to the cache (it keeps dirty ones:
+ * release_ok, hakmem_superslab.c).  Returns ms until the next stamp falls
+ * due. */
 uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
     if (!trylock) hak_l25_lock();
     else if (!hak_l25_trylock()) return delay;
     heap_sweep_bare(s);
     uint32_t wait = hak_slab_purge_heap(s, now, delay);
+    for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
+        hak_superslab_t *next = ss->next;
+        hak_ss_release_if_empty(s, ss);
+        ss = next;
+    }
     hak_l25_unlock();
     return wait;
 }

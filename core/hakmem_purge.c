@@ -280,13 +280,17 @@ void hak_housekeeping(hak_heap_t *h) {
 }
 
 /* When the OS says no (hakmem_chunk_map.c): the empty SuperSlabs of exited
- * threads' heaps, the SuperSlabs and large mappings hakmem keeps cached and
+ * threads' heaps and of the shared L2.5 heap, the SuperSlabs and large
+ * mappings hakmem keeps cached and
  * the hardened build's dead ranges go back, so that memory freed by the
  * program is usable again whatever tier or thread it was cached for.  True
- * if anything went back.  (Takes heap_lock only by trylock: a caller may
- * hold it.) */
+ * if anything went back.  (Takes heap_lock and the shared heap's lock only
+ * by trylock: a caller may hold them.) */
 bool hak_make_room(void) {
     bool any = hak_heap_reclaim_abandoned(HAK_RECLAIM_IN_PLACE | HAK_RECLAIM_TRY);
+    /* The shared heap's empty SuperSlabs, made clean, join the cache
+     * trimmed below (a try: a refill of it may be what asks). */
+    hak_heap_purge_shared(0, 0, true);
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
     any |= hak_chunk_release_dead();

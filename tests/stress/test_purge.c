@@ -62,6 +62,15 @@
  *     nothing more is allocated.  The shared heap's SuperSlabs must start
  *     the purger (a free cannot), and the memory go back within 10 s.
  *
+ * test_l25_memory_stays_shared  (delay 10 min)
+ *     64 blocks of 100 000 B allocated, written and freed by the main
+ *     thread, a pause for the purger's pass over the shared heap (its empty
+ *     slabs retired), then 16 new threads each allocate a 48 B block and
+ *     hold it while the main thread allocates the 64 blocks again: they
+ *     must lie in the SuperSlabs of the first 64 (the shared heap keeps its
+ *     resident SuperSlabs, which the new threads' heaps took from the
+ *     cache before, so the second burst faulted in fresh ones).
+ *
  * test_purger_ends_with_process  (delay 10 min)
  *     32 MiB freed (the purger runs), a thread started and gone, then the
  *     main thread ends with pthread_exit: the process ends with its last
@@ -554,6 +563,66 @@ static int child_l25_after_delay(void)
     return 0;
 }
 
+static sem_t held, release_held;
+
+static void *hold_tiny(void *arg)
+{
+    (void)arg;
+    char *p = malloc(48);
+    if (p == NULL) atomic_fetch_add(&stress_errors, 1);
+    else memset(p, 5, 48);
+    sem_post(&held);
+    sem_wait(&release_held);
+    free(p);
+    return NULL;
+}
+
+static int chunk_seen(const uintptr_t *chunks, int n, uintptr_t c)
+{
+    for (int i = 0; i < n; i++)
+        if (chunks[i] == c) return 1;
+    return 0;
+}
+
+static int child_l25_stays_shared(void)
+{
+    enum { N = 64, SIZE = 100000, THREADS = 16 };
+    static void *blocks[N];
+    static uintptr_t chunks[N];
+    int nchunks = 0;
+    const uintptr_t chunk_mask = ~(uintptr_t)((4u << 20) - 1);
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(SIZE);
+        if (blocks[i] == NULL) return 1;
+        memset(blocks[i], 0x5a, SIZE);
+        uintptr_t c = (uintptr_t)blocks[i] & chunk_mask;
+        if (!chunk_seen(chunks, nchunks, c)) chunks[nchunks++] = c;
+    }
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    usleep(300 * 1000);          /* the purger sweeps the shared heap */
+    sem_init(&held, 0, 0);
+    sem_init(&release_held, 0, 0);
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], NULL, hold_tiny, NULL) != 0) return 1;
+    for (int i = 0; i < THREADS; i++) sem_wait(&held);
+    int outside = 0;
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(SIZE);
+        if (blocks[i] == NULL) return 1;
+        memset(blocks[i], 0xa5, SIZE);
+        outside += !chunk_seen(chunks, nchunks, (uintptr_t)blocks[i] & chunk_mask);
+    }
+    for (int i = 0; i < THREADS; i++) sem_post(&release_held);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    printf("L2.5 blocks again after %d threads made heaps: %d of %d outside the %d SuperSlabs "
+           "of the first ones\n", THREADS, outside, N, nchunks);
+    if (atomic_load(&stress_errors) != 0) return 1;
+    if (outside != 0) { printf("FAIL: the shared heap's resident SuperSlabs went to other heaps\n"); return 1; }
+    return 0;
+}
+
 /* Memory stamped (the purger runs, with a delay of 10 minutes), a thread
  * that exits, then the main thread ends with pthread_exit: the process must
  * end when its threads have, not when the purger's sleep is over. */
@@ -668,6 +737,7 @@ static void test_fork_while_purge_due(void **state) { (void)state; run_child("fo
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
 static void test_free_starts_no_thread(void **state) { (void)state; run_child("free-no-thread", "100"); }
 static void test_l25_memory_back_after_delay(void **state) { (void)state; run_child("l25-after-delay", "200"); }
+static void test_l25_memory_stays_shared(void **state) { (void)state; run_child("l25-shared", "600000"); }
 static void test_purger_ends_with_process(void **state)
 {
     (void)state;
@@ -690,6 +760,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "large") == 0) return child_large();
         if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
         if (strcmp(argv[2], "l25-after-delay") == 0) return child_l25_after_delay();
+        if (strcmp(argv[2], "l25-shared") == 0) return child_l25_stays_shared();
         if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
     }
@@ -705,6 +776,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_large_reuse),
         cmocka_unit_test(test_free_starts_no_thread),
         cmocka_unit_test(test_l25_memory_back_after_delay),
+        cmocka_unit_test(test_l25_memory_stays_shared),
         cmocka_unit_test(test_purger_ends_with_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
