@@ -288,7 +288,8 @@ static inline int hak_heap_state(const hak_heap_t *h) {
 }
 
 /* Free blocks of the ring classes (L2 and L2.5, 1280 B and up) carry in their
- * third word when they went back to their slab: hak_now_ms() << 1 | 1, or 0
+ * third word when they went back to their slab (or another thread freed
+ * them: hak_remote_free): hak_now_ms() << 1 | 1, or 0
  * once nothing of them beyond their first 4 KiB is resident (an L2.5 block
  * given back, or never used).  The first two words are the link and the
  * freed-mark. */
