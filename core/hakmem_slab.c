@@ -367,12 +367,25 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
-/* Up to `want` blocks from the head of slab s's free list onto the chain
- * that ends at *tail (*first when it is empty), as they are linked: only
- * the chain's joints are rewritten.  Returns how many. */
-static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **first, hak_block_t **tail) {
-    hak_block_t *b = s->free, *last = b, *next = hak_link_get(b);
-    unsigned k = 1;
+/* Up to `want` blocks from the head of Tiny slab s's free list onto the
+ * front of the chain at *chain, as they are linked: only the run's last
+ * link is rewritten.  Returns how many.  When the chain is empty and the
+ * whole list fits (a Tiny slab's free list holds every carved block that is
+ * not out), the list is taken as it is, unwalked: a list other threads
+ * freed into is cold, and walking it is a miss per block, one after the
+ * other, where the pops that hand the blocks out overlap theirs with the
+ * program's work. */
+static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **chain) {
+    hak_block_t *b = s->free;
+    unsigned k = s->carved - slab_used(s);
+    if (*chain == NULL && k <= want) {
+        s->free = NULL;
+        s->used += k;
+        *chain = b;
+        return k;
+    }
+    hak_block_t *last = b, *next = hak_link_get(b);
+    k = 1;
     while (k < want && next != NULL) {
         last = next;
         next = hak_link_get(next);
@@ -380,19 +393,17 @@ static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **first, hak_
     }
     s->free = next;
     s->used += k;
-    if (*tail != NULL) hak_link_set(*tail, b);
-    else *first = b;
-    *tail = last;
+    hak_link_set(last, *chain);
+    *chain = b;
     return k;
 }
 
 /* Take up to n blocks of class cls for heap h, into out[] or (out NULL) as
- * a chain linked through their first word at *chain, the last linked to
- * NULL; returns how many (0: out of memory).  The slow path of every tier
+ * a chain linked through their first word at *chain (NULL on entry), the
+ * last linked to NULL; returns how many (0: out of memory).  The slow path of every tier
  * below 1 MiB: the rings take arrays, the Tiny caches chains. */
 unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak_block_t **chain) {
     unsigned got = 0;
-    hak_block_t *tail = NULL;
     /* Tiny slabs' free lists are the owner's alone; those of the ring
      * classes the purger reads too. */
     bool locked = cls >= HAK_L2_FIRST;
@@ -409,7 +420,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
             if (s == NULL) break;
         }
         if (out == NULL) {
-            if (s->free != NULL) got += take_run(s, n - got, chain, &tail);
+            if (s->free != NULL) got += take_run(s, n - got, chain);
         } else {
             while (got < n && s->free != NULL) {
                 hak_block_t *b = s->free;
@@ -424,7 +435,6 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
         if (slab_reattach(s)) continue;
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
-    if (tail != NULL) hak_link_set(tail, NULL);
     if (locked) hak_heap_unlock(h);
     return got;
 }

@@ -30,7 +30,7 @@ HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     if (h->tiny_free[cls] != NULL) return hak_tiny_cache_pop(h, cls, h->tiny_free[cls]);
     if (h->tiny_limit[cls] < HAK_TINY_CACHE_CAP) h->tiny_limit[cls] *= 2;
     h->tiny_overflows[cls] = 0;
-    /* a chain in the slabs' order, moved as it is linked */
+    /* runs of the slabs' lists, moved as they are linked */
     hak_block_t *chain = NULL;
     unsigned n = hak_class_take(h, cls, NULL, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u), &chain);
     if (n == 0) {
