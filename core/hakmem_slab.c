@@ -315,9 +315,16 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
  * or 4 MiB per class; the others one, as their pages stay until they are
  * retired.  Counted by a walk of the queue: a queue longer than twice the
- * bound has room enough without s. */
+ * bound has room enough without s.  The shared L2.5 heap keeps every
+ * empty slab, uncounted: each purger pass retires them all
+ * (hak_heap_purge_shared), so none stays longer than a pass, and its
+ * slabs empty so often (a block or a few each) that the walk's cold
+ * descriptors cost a producer/consumer pair 6 % of its time, and the slabs
+ * retired under the bound came back as other classes' spans, faulting in
+ * pages their blocks had not used. */
 static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     if (h->keep_spares == HAK_SPARES_NONE) return false;
+    if (h == &hak_l25_heap) return true;
     unsigned keep = 1;
     if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
         keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
