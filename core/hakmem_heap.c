@@ -318,6 +318,7 @@ uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
     if (!trylock) hak_l25_lock();
     else if (!hak_l25_trylock()) return delay;
     heap_sweep_bare(s);
+    hak_slab_shared_spares_reset();
     uint32_t wait = hak_slab_purge_heap(s, now, delay);
     for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
         hak_superslab_t *next = ss->next;

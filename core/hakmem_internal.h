@@ -153,6 +153,9 @@ HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, un
                                      hak_block_t **chain);
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
+/* The shared heap's count of empty slabs it keeps, back to zero after a
+ * sweep retired them all (its lock held). */
+HAK_INTERNAL void hak_slab_shared_spares_reset(void);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay);
 HAK_INTERNAL uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay);

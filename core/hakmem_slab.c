@@ -7,6 +7,7 @@
  * parked slab carries HAK_REMOTE_NOTIFY in its remote word so the first
  * remote free into it hands it back to the owner (heap->notify). */
 #include "hakmem_internal.h"
+#include <string.h>
 #include "hakmem_options.h"
 #include "hakmem_remote.h"
 #include "box/chunk_map_box.h"
@@ -315,20 +316,33 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
  * or 4 MiB per class; the others one, as their pages stay until they are
  * retired.  Counted by a walk of the queue: a queue longer than twice the
- * bound has room enough without s.  The shared L2.5 heap keeps every
- * empty slab, uncounted: each purger pass retires them all
- * (hak_heap_purge_shared), so none stays longer than a pass, and its
- * slabs empty so often (a block or a few each) that the walk's cold
- * descriptors cost a producer/consumer pair 6 % of its time, and the slabs
- * retired under the bound came back as other classes' spans, faulting in
- * pages their blocks had not used. */
+ * bound has room enough without s.
+ *
+ * The shared L2.5 heap counts its empty queued slabs instead
+ * (shared_spares, under its lock): its slabs empty so often (a block or a
+ * few each) that the walk's cold descriptors cost a producer/consumer pair
+ * 6 % of its time, and its queues, long with slabs of a block or two,
+ * stopped the walk before it found the empty ones, so every emptied slab
+ * was retired and came back as another class's span, faulting in pages
+ * its blocks had not used.  The count goes up when a slab is kept, down
+ * when a refill takes from an empty one, and back to zero at each purger
+ * pass, which retires them all (hak_heap_purge_shared): an error lasts at
+ * most a pass. */
+static uint8_t shared_spares[HAK_NUM_CLASSES];
+
+void hak_slab_shared_spares_reset(void) { memset(shared_spares, 0, sizeof shared_spares); }
+
 static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     if (h->keep_spares == HAK_SPARES_NONE) return false;
-    if (h == &hak_l25_heap) return true;
     unsigned keep = 1;
     if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
         keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
         if (keep > 16) keep = 16;
+    }
+    if (h == &hak_l25_heap) {
+        if (shared_spares[s->cls] >= keep) return false;
+        shared_spares[s->cls]++;
+        return true;
     }
     unsigned seen = 0, empty = 0;
     for (hak_slab_t *o = h->queue_head[s->cls]; o != &hak_empty_slab && o != NULL; o = o->next) {
@@ -429,6 +443,8 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
         if (out == NULL) {
             if (s->free != NULL) got += take_run(s, n - got, chain);
         } else {
+            if (h == &hak_l25_heap && slab_used(s) == 0 && shared_spares[cls] != 0)
+                shared_spares[cls]--;
             while (got < n && s->free != NULL) {
                 hak_block_t *b = s->free;
                 s->free = hak_link_get(b);
