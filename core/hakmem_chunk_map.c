@@ -130,10 +130,9 @@ static void *map_aligned(size_t len, size_t align) {
 /* A new range for hakmem, tagged in the chunk map. */
 void *hak_chunk_map_tagged(size_t len, size_t align, uint8_t kind) {
     void *p = map_aligned(len, align);
-    if (p == NULL) {
-        if (chunk_reserve_drop() || room_made()) p = map_aligned(len, align);
-        if (p == NULL) return NULL;
-    }
+    if (p == NULL && chunk_reserve_drop()) p = map_aligned(len, align);
+    if (p == NULL && room_made()) p = map_aligned(len, align);
+    if (p == NULL) return NULL;
     if (!hak_chunk_map_set(p, len, kind)) {
         hak_os_unmap_unused(p, len);
         return NULL;

@@ -309,8 +309,9 @@ static void heap_sweep_bare(hak_heap_t *h) {
  * too: between passes they absorb a class's empty-and-refill churn, and
  * one still empty a pass later has been idle about a delay (its span's
  * pages then go back a delay after, unless a new slab takes them).  Then,
- * as for every heap, what has stayed free for the delay goes back; the
- * empty SuperSlabs that left clean go to the cache (it keeps dirty ones:
+ * as for every heap, what has stayed free for the delay goes back (in this
+ * order, so that malloc_trim gives back the slabs it retires); the empty
+ * SuperSlabs that left clean go to the cache (it keeps dirty ones:
  * release_ok, hakmem_superslab.c).  Returns ms until the next stamp falls
  * due. */
 uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {

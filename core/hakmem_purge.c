@@ -288,9 +288,12 @@ void hak_housekeeping(hak_heap_t *h) {
  * by trylock: a caller may hold them.) */
 bool hak_make_room(void) {
     bool any = hak_heap_reclaim_abandoned(HAK_RECLAIM_IN_PLACE | HAK_RECLAIM_TRY);
-    /* The shared heap's empty SuperSlabs, made clean, join the cache
-     * trimmed below (a try: a refill of it may be what asks). */
+    /* The shared heap's free memory goes back and its empty SuperSlabs,
+     * made clean, join the cache trimmed below (a try: a refill of it may
+     * be what asks). */
+    uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     hak_heap_purge_shared(0, 0, true);
+    any |= atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();
     any |= hak_chunk_release_dead();

@@ -398,15 +398,17 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
  * program's work. */
 static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **chain) {
     hak_block_t *b = s->free;
-    unsigned k = s->carved - slab_used(s);
-    if (*chain == NULL && k <= want) {
-        s->free = NULL;
-        s->used += k;
-        *chain = b;
-        return k;
+    if (*chain == NULL) {
+        unsigned all = s->carved - slab_used(s);
+        if (all <= want) {
+            s->free = NULL;
+            s->used += all;
+            *chain = b;
+            return all;
+        }
     }
     hak_block_t *last = b, *next = hak_link_get(b);
-    k = 1;
+    unsigned k = 1;
     while (k < want && next != NULL) {
         last = next;
         next = hak_link_get(next);

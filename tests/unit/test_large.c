@@ -53,17 +53,22 @@ static void test_lifo_reuse(void **state)
         size_t n = sizes[i];
         void *p = alloc_checked(A, n, HAK_TIER_LARGE);
         uintptr_t pa = (uintptr_t)p;
+        hak_info_t before;
+        hak_get_info(&before);
         A->free_(p);
         void *q = A->malloc_(n);
-        /* Given back at once (HAKMEM_PURGE_DELAY_MS=0): nothing is cached,
-         * so where the new block lies is the kernel's choice in the default
-         * build; the hardened one keeps the old range reserved and dead. */
+        /* Given back at once (HAKMEM_PURGE_DELAY_MS=0): the free returned
+         * the range to the OS, so nothing is cached and where the new block
+         * lies is the kernel's choice in the default build; the hardened one
+         * keeps the old range reserved and dead. */
         hak_info_t in;
         hak_get_info(&in);
         if (in.purge_delay_ms == 0) {
 #ifdef HAK_HARDENED
             assert_true((uintptr_t)q != pa);
 #endif
+            assert_true(in.decommits > before.decommits);
+            assert_true(in.released >= before.released + n);
             assert_non_null(q);
             assert_true(A->usable(q) >= n);
             A->free_(q);
