@@ -240,6 +240,26 @@ static void huge_pages(char *p, size_t len, size_t used, bool reused) {
     if (reused && h < len) hak_os_hugepages(p + h, len - h, false);
 }
 
+/* calloc's clearing of [p, p + n), memory an earlier block used.  The whole
+ * huge pages in it go back to the kernel instead, which hands out zero ones
+ * where the block is touched (a read maps the shared zero page): a buffer
+ * used sparsely is never written whole, and one used whole costs a fault per
+ * 2 MiB, the kernel's clearing in place of ours.  Without huge pages that
+ * would be a fault per 4 KiB, dearer than the memset.  Bytes in [from, p)
+ * may be cleared too (the caller writes them after: the header's page). */
+static void zero_used(char *from, char *p, size_t n) {
+    char *end = p + n;
+    char *lo = (char *)(((uintptr_t)from + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
+    char *hi = (char *)((uintptr_t)end & ~(uintptr_t)(LARGE_HUGE - 1));
+    if (hi <= lo || !hak_os_hugepages_work()) {
+        memset(p, 0, n);
+        return;
+    }
+    if (lo > p) memset(p, 0, (size_t)(lo - p));
+    hak_os_zero_pages(lo, (size_t)(hi - lo));
+    memset(hi, 0, (size_t)(end - hi));
+}
+
 /* A fresh range for large blocks, tagged. */
 static char *map_large(size_t len, size_t align) {
     char *p = hak_chunk_map_tagged(len, align, HAK_CHUNK_LARGE);
@@ -276,7 +296,7 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         move_range(pc[i].base, pc[i].len, nb + at);
         size_t lo = at > off ? at : off, hi = at + pc[i].len;
         if (hi > off + size) hi = off + size;
-        if (zero && lo < hi) memset(nb + lo, 0, hi - lo);
+        if (zero && lo < hi) zero_used(nb + at, nb + lo, hi - lo);
         at += pc[i].len;
     }
     huge_pages(nb, len, off + size, true);
@@ -303,7 +323,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         if (n == 1 && got == len) {
             base = pc[0].base;
             huge_pages(base, len, off + size, true);
-            if (zero) memset(base + off, 0, size);   /* it was used */
+            if (zero) zero_used(base, base + off, size);
         } else if (n > 0) {
             base = gather(len, pc, n, off, size, zero);
         }

@@ -55,6 +55,13 @@ HAK_OS_INTERNAL void  hak_os_move_pages(void *from, size_t len, void *to, size_t
 /* Ask for huge pages in [p, p + len) (on), or for none (off): a hint to the
  * OS, which faults in a whole huge page at once where it can. */
 HAK_OS_INTERNAL void  hak_os_hugepages(void *p, size_t len, bool on);
+/* Whether the OS gives huge pages where hak_os_hugepages asks for them
+ * (read once, then cached). */
+HAK_OS_INTERNAL bool  hak_os_hugepages_work(void);
+/* Make [p, p + len), mapped, read as zero by giving its pages back (not
+ * counted as given back: the range is in use, its pages come back, zero,
+ * where it is touched). */
+HAK_OS_INTERNAL void  hak_os_zero_pages(void *p, size_t len);
 /* Size of the OS's pages. */
 HAK_OS_INTERNAL size_t hak_os_page_size(void);
 

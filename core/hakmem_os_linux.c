@@ -136,6 +136,31 @@ void hak_os_hugepages(void *p, size_t len, bool on) {
     errno = saved;
 }
 
+/* THP's "enabled" setting names the one in force in brackets: "always" and
+ * "madvise" honour MADV_HUGEPAGE, "never" does not. */
+bool hak_os_hugepages_work(void) {
+    static _Atomic int known;               /* 0 not read yet, 1 yes, 2 no */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k == 0) {
+        char buf[128];
+        int saved = errno;
+        int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0) close(fd);
+        errno = saved;
+        buf[n > 0 ? n : 0] = '\0';
+        k = strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL ? 1 : 2;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 1;
+}
+
+void hak_os_zero_pages(void *p, size_t len) {
+    int saved = errno;
+    madvise(p, len, MADV_DONTNEED);
+    errno = saved;
+}
+
 size_t hak_os_page_size(void) {
     static size_t cached;
     if (cached == 0) cached = (size_t)sysconf(_SC_PAGESIZE);

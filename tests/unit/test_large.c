@@ -216,6 +216,32 @@ static void test_gather_calloc(void **state)
     drop_keep(keep);
 }
 
+/* calloc of a reused range is zero however it was cleared (its whole huge
+ * pages given back to the kernel, the rest by memset): blocks ending inside
+ * a huge page, on a boundary, and smaller than one; the block is then
+ * written whole and read back. */
+static void test_calloc_reused(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { MiB + 100, 2 * MiB - 64, 6 * MiB - 64, 9 * MiB + 123, 24 * MiB };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        unsigned char *p = hak_malloc(n);
+        assert_non_null(p);
+        pat_fill(p, n, 61);
+        hak_free(p);
+        hak_info_t i0 = info();
+        unsigned char *c = hak_calloc(1, n);
+        assert_non_null(c);
+        if (i0.purge_delay_ms != 0)          /* made of cached memory */
+            assert_int_equal(info().large_mapped, i0.large_mapped);
+        assert_zero(c, n);
+        pat_fill(c, n, 62);
+        assert_int_equal(pat_check(c, n, 62), n);
+        hak_free(c);
+    }
+}
+
 /* More than the cache holds: both holes and a fresh rest, all zero for
  * calloc; the rest of the cache is used before anything is mapped. */
 static void test_gather_partial(void **state)
@@ -315,6 +341,7 @@ int main(void)
         TEST_API(test_free_releases_address_space, API_STD),
         TEST_API(test_free_releases_address_space, API_HAK),
         cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_calloc_reused),
         cmocka_unit_test(test_gather_calloc),
         cmocka_unit_test(test_gather_partial),
         cmocka_unit_test(test_gather_fork),
