@@ -61,7 +61,7 @@
  * the least its limit shrinks to while the thread frees more than it
  * allocates.  Its refills and overflows move half of its limit. */
 #ifndef HAK_TINY_CACHE_CAP
-#define HAK_TINY_CACHE_CAP 64
+#define HAK_TINY_CACHE_CAP 256
 #endif
 #ifndef HAK_TINY_CACHE_MIN
 #define HAK_TINY_CACHE_MIN 4
