@@ -133,17 +133,20 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     return s;
 }
 
-/* Thread up to `want` never-used blocks (at least a page's worth) onto the
- * free list; blocks are touched only when first handed out. */
+/* Thread `want` never-used blocks onto the free list, or more up to the
+ * end of the 4 KiB page the last of them ends in: the links touch no page
+ * that no block handed out needs (a new thread's first small block touches
+ * one page, not the next as well). */
 static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (s->carved >= s->capacity) return false;
     uint32_t bs = hak_class_block_size[s->cls];
-    size_t n = 4096 / bs;
-    if (n < want) n = want;
+    char *p = slab_start(s) + (size_t)s->carved * bs;
+    size_t n = want ? want : 1;
     size_t left = (size_t)(s->capacity - s->carved);
     if (n > left) n = left;
-    if (n == 0) n = 1;
-    char *p = slab_start(s) + (size_t)s->carved * bs;
+    uintptr_t end = ((uintptr_t)p + n * bs + 4095) & ~(uintptr_t)4095;
+    n = (end - (uintptr_t)p) / bs;
+    if (n > left) n = left;
     hak_block_t *first = (hak_block_t *)p;
     /* Ring-class blocks get a stamp: an L2 block's page is touched by its
      * link (stamped now), an L2.5 block has nothing resident beyond it. */
