@@ -141,14 +141,17 @@ void *hak_chunk_map_tagged(size_t len, size_t align, uint8_t kind) {
 }
 
 /* Metadata (thread heaps, radix leaves) comes from 1 MiB mappings carved
- * by a bump pointer and is never returned: heaps are recycled, not freed. */
+ * by a bump pointer and is never returned: heaps are recycled, not freed.
+ * What spans pages starts on one: a heap's first bytes, all a thread that
+ * uses few classes touches, then lie on one page, not across two. */
 static hak_lock_t meta_lock;
 static char *meta_cur, *meta_end;
 
 void *hak_meta_alloc(size_t size) {
     size = (size + 63) & ~(size_t)63;
     hak_lock(&meta_lock);
-    if ((size_t)(meta_end - meta_cur) < size) {
+    if (size >= 4096) meta_cur = (char *)(((uintptr_t)meta_cur + 4095) & ~(uintptr_t)4095);
+    if (meta_cur > meta_end || (size_t)(meta_end - meta_cur) < size) {
         size_t len = size > (1u << 20) ? (size + 4095) & ~(size_t)4095 : (1u << 20);
         char *p = hak_os_map(len);
         if (p == NULL && room_made()) p = hak_os_map(len);
