@@ -44,11 +44,27 @@ void hak_os_unmap(void *p, size_t len) {
     count_released(len);
 }
 
-void hak_os_decommit(void *p, size_t len) {
+void hak_os_zero_pages(void *p, size_t len) {
     int saved = errno;
     madvise(p, len, MADV_DONTNEED);
     errno = saved;
+}
+
+void hak_os_decommit(void *p, size_t len) {
+    hak_os_zero_pages(p, len);
     count_released(len);
+}
+
+/* The start of a small text file (procfs, sysfs) into buf, NUL-terminated;
+ * its length, or -1 if it could not be read. */
+static ssize_t read_text(const char *path, char *buf, size_t size) {
+    int saved = errno;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    if (fd >= 0) close(fd);
+    errno = saved;
+    buf[n > 0 ? n : 0] = '\0';
+    return n;
 }
 
 void *hak_os_map_aligned(size_t len, size_t align) {
@@ -143,22 +159,11 @@ bool hak_os_hugepages_work(void) {
     int k = atomic_load_explicit(&known, memory_order_relaxed);
     if (k == 0) {
         char buf[128];
-        int saved = errno;
-        int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (fd >= 0) close(fd);
-        errno = saved;
-        buf[n > 0 ? n : 0] = '\0';
+        read_text("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf);
         k = strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL ? 1 : 2;
         atomic_store_explicit(&known, k, memory_order_relaxed);
     }
     return k == 1;
-}
-
-void hak_os_zero_pages(void *p, size_t len) {
-    int saved = errno;
-    madvise(p, len, MADV_DONTNEED);
-    errno = saved;
 }
 
 size_t hak_os_page_size(void) {
@@ -194,13 +199,7 @@ void hak_os_wake(_Atomic int *word) {
  * until the process ends). */
 long hak_os_thread_count(void) {
     char buf[512];
-    int saved = errno;
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0) close(fd);
-    errno = saved;
-    if (n <= 0) return -1;
-    buf[n] = '\0';
+    if (read_text("/proc/self/stat", buf, sizeof buf) <= 0) return -1;
     const char *p = strrchr(buf, ')');       /* after the command name */
     bool main_gone = p != NULL && p[1] == ' ' && p[2] == 'Z';
     for (int field = 2; p != NULL && field < 20; field++) p = strchr(p + 1, ' ');

@@ -7,13 +7,14 @@
  * parked slab carries HAK_REMOTE_NOTIFY in its remote word so the first
  * remote free into it hands it back to the owner (heap->notify). */
 #include "hakmem_internal.h"
-#include <string.h>
 #include "hakmem_options.h"
 #include "hakmem_remote.h"
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
 #include "box/slab_push_box.h"
+
+#include <string.h>
 
 /* The head of every empty class queue: no free block, so a pop from it
  * takes the slow path with no extra test. */
@@ -141,11 +142,9 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     if (s->carved >= s->capacity) return false;
     uint32_t bs = hak_class_block_size[s->cls];
     char *p = slab_start(s) + (size_t)s->carved * bs;
-    size_t n = want ? want : 1;
     size_t left = (size_t)(s->capacity - s->carved);
-    if (n > left) n = left;
-    uintptr_t end = ((uintptr_t)p + n * bs + 4095) & ~(uintptr_t)4095;
-    n = (end - (uintptr_t)p) / bs;
+    uintptr_t end = ((uintptr_t)p + (size_t)(want ? want : 1) * bs + 4095) & ~(uintptr_t)4095;
+    size_t n = (end - (uintptr_t)p) / bs;
     if (n > left) n = left;
     hak_block_t *first = (hak_block_t *)p;
     /* Ring-class blocks get a stamp: an L2 block's page is touched by its
