@@ -57,9 +57,11 @@
 #define HAK_L2_FIRST      HAK_TINY_CLASSES
 #define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 
-/* Blocks a Tiny class's thread cache holds at most (box/tiny_box.h), and
- * the least its limit shrinks to while the thread frees more than it
- * allocates.  Its refills and overflows move half of its limit. */
+/* Blocks a Tiny class's thread cache holds at most (box/tiny_box.h; a
+ * class with more than half this many blocks in a slab holds two slabs'
+ * worth: hakmem_tiny.c), and the least its limit shrinks to while the
+ * thread frees more than it allocates.  Its refills and overflows move half
+ * of its limit. */
 #ifndef HAK_TINY_CACHE_CAP
 #define HAK_TINY_CACHE_CAP 256
 #endif

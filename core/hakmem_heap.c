@@ -156,7 +156,7 @@ static void heap_attach(hak_heap_t *h) {
     hak_tls_own_heap = h;
     if (!hak_opt.stats) hak_tls_fast_heap = h;
     h->slow_at_attach = h->slow_count;
-    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_batch[c] = 1;
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) h->refill_shift[c] = 0;
     /* May allocate (keys past the first block); the heap is set. */
     if (heap_key_ready) pthread_setspecific(heap_key, h);
     hak_slab_collect_notified(h);

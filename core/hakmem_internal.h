@@ -182,9 +182,9 @@ HAK_INTERNAL void hak_tiny_init_heap(hak_heap_t *h);
  * a thread gets the heap), so a thread that needs one block does not take
  * and touch a cache's or a ring's worth. */
 static inline unsigned hak_refill_want(hak_heap_t *h, unsigned cls, unsigned most) {
-    unsigned batch = h->refill_batch[cls];
+    unsigned batch = 1u << h->refill_shift[cls];
     if (batch >= most) return most;
-    h->refill_batch[cls] = (uint8_t)(batch * 2);
+    h->refill_shift[cls]++;
     return batch;
 }
 

@@ -160,6 +160,6 @@ void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
 void hak_pool_init_heap(hak_heap_t *h) {
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
         h->ring[c] = &hak_empty_ring;
-        h->refill_batch[c] = 1;
+        h->refill_shift[c] = 0;
     }
 }

@@ -390,26 +390,37 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
-/* Up to `want` blocks from the head of Tiny slab s's free list onto the
- * front of the chain at *chain, as they are linked: only the run's last
- * link is rewritten.  Returns how many.  When the chain is empty and the
- * whole list fits (a Tiny slab's free list holds every carved block that is
- * not out), the list is taken as it is, unwalked: a list other threads
- * freed into is cold, and walking it is a miss per block, one after the
- * other, where the pops that hand the blocks out overlap theirs with the
- * program's work. */
-static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **chain) {
-    hak_block_t *b = s->free;
-    if (*chain == NULL) {
-        unsigned all = s->carved - slab_used(s);
-        if (all <= want) {
-            s->free = NULL;
-            s->used += all;
-            *chain = b;
-            return all;
+/* Blocks from the head of Tiny slab s's free list onto the chain at
+ * *chain, which holds `got`; returns how many.  A list that other threads
+ * freed into, or that another core flushed, is cold: walking it is a miss
+ * per block, one after the other, where the pops that hand the blocks out
+ * overlap theirs with the program's work.  So when the chain has `room` for
+ * it (a cache holds two slabs' worth: hakmem_tiny.c) the slab's whole list
+ * is taken as it is linked, and only the shorter of the two lists is walked
+ * to join them (nothing when the chain is empty).  Otherwise `want` blocks
+ * are cut from the head of the list. */
+static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, unsigned got,
+                         hak_block_t **chain) {
+    hak_block_t *b = s->free, *last, *next;
+    unsigned all = s->carved - slab_used(s);
+    if (all <= room) {
+        s->free = NULL;
+        s->used += all;
+        if (*chain != NULL) {
+            hak_block_t *head = b, *rest = *chain;
+            if (got < all) {
+                head = *chain;
+                rest = b;
+            }
+            for (last = head; (next = hak_link_get_any(last)) != NULL; last = next) {}
+            hak_link_set(last, rest);
+            b = head;
         }
+        *chain = b;
+        return all;
     }
-    hak_block_t *last = b, *next = hak_link_get(b);
+    last = b;
+    next = hak_link_get(b);
     unsigned k = 1;
     while (k < want && next != NULL) {
         last = next;
@@ -423,10 +434,15 @@ static unsigned take_run(hak_slab_t *s, unsigned want, hak_block_t **chain) {
     return k;
 }
 
+/* A Tiny refill that holds this many blocks stops rather than join another
+ * slab's list to them (a walk); with fewer, the walk is short. */
+#define TAKE_ENOUGH 16
+
 /* Take up to n blocks of class cls for heap h, into out[] or (out NULL) as
  * a chain linked through their first word at *chain (NULL on entry), the
- * last linked to NULL; returns how many (0: out of memory).  The slow path of every tier
- * below 1 MiB: the rings take arrays, the Tiny caches chains. */
+ * last linked to NULL; returns how many (0: out of memory).  A chain may
+ * get more, up to the cache's limit: slabs' whole lists.  The slow path of
+ * every tier below 1 MiB: the rings take arrays, the Tiny caches chains. */
 unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak_block_t **chain) {
     unsigned got = 0;
     /* Tiny slabs' free lists are the owner's alone; those of the ring
@@ -445,7 +461,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
             if (s == NULL) break;
         }
         if (out == NULL) {
-            if (s->free != NULL) got += take_run(s, n - got, chain);
+            if (s->free != NULL) got += take_run(s, n - got, h->tiny_limit[cls] - got, got, chain);
         } else {
             if (h == &hak_l25_heap && slab_used(s) == 0 && shared_spares[cls] != 0)
                 shared_spares[cls]--;
@@ -456,7 +472,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
                 out[got++] = b;
             }
         }
-        if (got == n) break;
+        if (got >= n || (out == NULL && got >= TAKE_ENOUGH)) break;
         if (slab_carve(s, n - got)) continue;
         if (hak_remote_collect(s)) continue;
         if (slab_reattach(s)) continue;

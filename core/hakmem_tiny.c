@@ -4,8 +4,9 @@
  * empty (the empty heap, sampling and trim requests are the caller's:
  * hakmem.c), and the way back to the slabs.
  *
- * A cache's limit starts at HAK_TINY_CACHE_CAP.  Refills and overflows
- * move half of it, so steady churn seldom leaves the fast path.  A cache
+ * A cache's limit starts at its cap (tiny_cap: HAK_TINY_CACHE_CAP, more for
+ * the small classes).  Refills and overflows move half of it, so steady
+ * churn seldom leaves the fast path.  A cache
  * full four times in a row with no refill between belongs to a thread that
  * frees more than it allocates (a phase that frees what it built; the
  * random walk of steady churn seldom does that): its limit halves, down to
@@ -22,13 +23,24 @@
 
 #include <errno.h>
 
+/* The most blocks class cls's cache holds: HAK_TINY_CACHE_CAP, or two
+ * slabs' worth where that is more, so that a refill can take a slab's whole
+ * free list as it is linked, unwalked (take_run, hakmem_slab.c), and still
+ * leave half the cache for the frees that follow. */
+static inline unsigned tiny_cap(unsigned cls) {
+    unsigned two_slabs = 2u * (unsigned)(HAK_PAGE_SIZE / hak_class_block_size[cls]);
+    return two_slabs > HAK_TINY_CACHE_CAP ? two_slabs : HAK_TINY_CACHE_CAP;
+}
+
 /* The cache of the request's class is empty (or holds blocks the fast path
  * would not hand out while the countdown of a heap borrowed without its own
- * ran out): up to half its limit from the slabs, the first for the caller. */
+ * ran out): half its limit from the slabs, or a slab's whole list, the
+ * first for the caller. */
 HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     unsigned cls = hak_tiny_class(size);
     if (h->tiny_free[cls] != NULL) return hak_tiny_cache_pop(h, cls, h->tiny_free[cls]);
-    if (h->tiny_limit[cls] < HAK_TINY_CACHE_CAP) h->tiny_limit[cls] *= 2;
+    unsigned cap = tiny_cap(cls), doubled = h->tiny_limit[cls] * 2u;
+    h->tiny_limit[cls] = (uint16_t)(doubled < cap ? doubled : cap);
     h->tiny_overflows[cls] = 0;
     /* runs of the slabs' lists, moved as they are linked */
     hak_block_t *chain = NULL;
@@ -76,7 +88,7 @@ void hak_tiny_flush_all(hak_heap_t *h) {
 void hak_tiny_init_heap(hak_heap_t *h) {
     for (unsigned c = 0; c < HAK_TINY_CLASSES; c++) {
         h->tiny_free[c] = NULL;
-        h->tiny_limit[c] = HAK_TINY_CACHE_CAP;
-        h->tiny_room[c] = HAK_TINY_CACHE_CAP;
+        h->tiny_limit[c] = (uint16_t)tiny_cap(c);
+        h->tiny_room[c] = (uint16_t)tiny_cap(c);
     }
 }

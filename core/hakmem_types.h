@@ -254,10 +254,10 @@ typedef struct hak_heap {
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
-    uint8_t          refill_batch[HAK_NUM_CLASSES]; /* blocks the next cache
-                                      or ring refill of the class takes:
-                                      starts at 1 for a new thread, doubles
-                                      per refill (hak_refill_want)          */
+    uint8_t          refill_shift[HAK_NUM_CLASSES]; /* log2 of the blocks the
+                                      next cache or ring refill of the class
+                                      takes: 0 for a new thread, one more per
+                                      refill (hak_refill_want)              */
     uint16_t         tiny_limit[HAK_TINY_CLASSES]; /* most blocks each Tiny
                                       cache holds (hakmem_tiny.c)          */
     uint8_t          tiny_overflows[HAK_TINY_CLASSES]; /* since it last ran dry */
