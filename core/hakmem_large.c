@@ -245,17 +245,19 @@ static void huge_pages(char *p, size_t len, size_t used, bool reused) {
  * where the block is touched (a read maps the shared zero page): a buffer
  * used sparsely is never written whole, and one used whole costs a fault per
  * 2 MiB, the kernel's clearing in place of ours.  Without huge pages that
- * would be a fault per 4 KiB, dearer than the memset.  Bytes in [from, p)
- * may be cleared too (the caller writes them after: the header's page). */
-static void zero_used(char *from, char *p, size_t n) {
+ * would be a fault per 4 KiB, dearer than the memset.  The huge page p starts
+ * in is cleared here whatever its alignment: the block's header, just before
+ * p, is written at once, and would fault that page back in for the kernel to
+ * clear all of it. */
+static void zero_used(char *p, size_t n) {
     char *end = p + n;
-    char *lo = (char *)(((uintptr_t)from + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
+    char *lo = (char *)(((uintptr_t)p + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
     char *hi = (char *)((uintptr_t)end & ~(uintptr_t)(LARGE_HUGE - 1));
     if (hi <= lo || !hak_os_hugepages_work()) {
         memset(p, 0, n);
         return;
     }
-    if (lo > p) memset(p, 0, (size_t)(lo - p));
+    memset(p, 0, (size_t)(lo - p));
     hak_os_zero_pages(lo, (size_t)(hi - lo));
     memset(hi, 0, (size_t)(end - hi));
 }
@@ -296,7 +298,7 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         move_range(pc[i].base, pc[i].len, nb + at);
         size_t lo = at > off ? at : off, hi = at + pc[i].len;
         if (hi > off + size) hi = off + size;
-        if (zero && lo < hi) zero_used(nb + at, nb + lo, hi - lo);
+        if (zero && lo < hi) zero_used(nb + lo, hi - lo);
         at += pc[i].len;
     }
     huge_pages(nb, len, off + size, true);
@@ -323,7 +325,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         if (n == 1 && got == len) {
             base = pc[0].base;
             huge_pages(base, len, off + size, true);
-            if (zero) zero_used(base, base + off, size);
+            if (zero) zero_used(base + off, size);
         } else if (n > 0) {
             base = gather(len, pc, n, off, size, zero);
         }
