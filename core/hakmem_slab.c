@@ -406,15 +406,13 @@ static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, unsigned g
     if (all <= room) {
         s->free = NULL;
         s->used += all;
-        if (*chain != NULL) {
-            hak_block_t *head = b, *rest = *chain;
-            if (got < all) {
-                head = *chain;
-                rest = b;
-            }
-            for (last = head; (next = hak_link_get_any(last)) != NULL; last = next) {}
-            hak_link_set(last, rest);
-            b = head;
+        if (*chain != NULL && got < all) {          /* the list after the chain */
+            for (last = *chain; (next = hak_link_get_any(last)) != NULL; last = next) {}
+            hak_link_set(last, b);
+            b = *chain;
+        } else if (*chain != NULL) {                /* the chain after the list */
+            for (last = b; (next = hak_link_get(last)) != NULL; last = next) {}
+            hak_link_set(last, *chain);
         }
         *chain = b;
         return all;
