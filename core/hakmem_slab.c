@@ -390,31 +390,31 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
+/* A Tiny refill that holds this many blocks stops rather than join another
+ * slab's list to them: joining walks what it holds. */
+#define TAKE_ENOUGH 16
+
 /* Blocks from the head of Tiny slab s's free list onto the chain at
- * *chain, which holds `got`; returns how many.  A list that other threads
- * freed into, or that another core flushed, is cold: walking it is a miss
- * per block, one after the other, where the pops that hand the blocks out
- * overlap theirs with the program's work.  So when the chain has `room` for
- * it (a cache holds two slabs' worth: hakmem_tiny.c) the slab's whole list
- * is taken as it is linked, and only the shorter of the two lists is walked
- * to join them (nothing when the chain is empty).  Otherwise `want` blocks
+ * *chain; returns how many.  A list that other threads freed into, or that
+ * another core flushed, is cold: walking it is a miss per block, one after
+ * the other, where the pops that hand the blocks out overlap theirs with the
+ * program's work.  So when the chain has `room` for it (a cache holds two
+ * slabs' worth: hakmem_tiny.c) the slab's whole list is taken as it is
+ * linked, after the chain, which is walked to join them: it holds fewer than
+ * TAKE_ENOUGH blocks (hak_class_take stops there).  Otherwise `want` blocks
  * are cut from the head of the list. */
-static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, unsigned got,
-                         hak_block_t **chain) {
+static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, hak_block_t **chain) {
     hak_block_t *b = s->free, *last, *next;
     unsigned all = s->carved - slab_used(s);
     if (all <= room) {
         s->free = NULL;
         s->used += all;
-        if (*chain != NULL && got < all) {          /* the list after the chain */
+        if (*chain != NULL) {
             for (last = *chain; (next = hak_link_get_any(last)) != NULL; last = next) {}
             hak_link_set(last, b);
-            b = *chain;
-        } else if (*chain != NULL) {                /* the chain after the list */
-            for (last = b; (next = hak_link_get(last)) != NULL; last = next) {}
-            hak_link_set(last, *chain);
+        } else {
+            *chain = b;
         }
-        *chain = b;
         return all;
     }
     last = b;
@@ -431,10 +431,6 @@ static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, unsigned g
     *chain = b;
     return k;
 }
-
-/* A Tiny refill that holds this many blocks stops rather than join another
- * slab's list to them (a walk); with fewer, the walk is short. */
-#define TAKE_ENOUGH 16
 
 /* Take up to n blocks of class cls for heap h, into out[] or (out NULL) as
  * a chain linked through their first word at *chain (NULL on entry), the
@@ -459,7 +455,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
             if (s == NULL) break;
         }
         if (out == NULL) {
-            if (s->free != NULL) got += take_run(s, n - got, h->tiny_limit[cls] - got, got, chain);
+            if (s->free != NULL) got += take_run(s, n - got, h->tiny_limit[cls] - got, chain);
         } else {
             if (h == &hak_l25_heap && slab_used(s) == 0 && shared_spares[cls] != 0)
                 shared_spares[cls]--;

@@ -42,7 +42,8 @@
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
  *   Tiny   <= 1024 B     per-thread LIFO list of free blocks per class (the
- *                        Tiny cache: 4..256 blocks of any of the heap's slabs)
+ *                        Tiny cache: 4..256 blocks of any of the heap's
+ *                        slabs, up to two slabs' worth for the small classes)
  *                        in front of the slabs; malloc pops, free pushes.
  *   L2     1 KiB..52 KiB  per-thread LIFO ring of block pointers per class
  *   L2.5   52 KiB..1 MiB  (POOL_L2_RING_CAP / POOL_L25_RING_CAP slots) in
