@@ -6,7 +6,7 @@
 #
 # Every benchmark is the build/bench/NAME_system binary (plain libc malloc);
 # each allocator is put under it with LD_PRELOAD.  Runs are interleaved across
-# allocators (A B C ... A B C ...) so that machine drift hits all of them alike.
+# allocators (A B C, B C A, C A B, ...) so that machine drift hits all of them alike.
 # The report gives per benchmark and allocator the median throughput, the
 # min–max spread, hakmem's ratio to it, the page faults and the peak RSS, as a
 # Markdown table on stdout and in OUT/latest.md, then hakmem against the best
@@ -574,7 +574,10 @@ run_one() {   # run_one IDX ALLOC RUN
 
 for i in "${!B_ID[@]}"; do
     for ((r = 1; r <= RUNS; r++)); do
-        for a in "${ALLOCS[@]}"; do
+        # each round starts one allocator further on, so that none always
+        # runs right after the same one (caches, page reclaim, frequency)
+        for ((j = 0; j < ${#ALLOCS[@]}; j++)); do
+            a=${ALLOCS[$(( (j + r - 1) % ${#ALLOCS[@]} ))]}
             k=$((k + 1))
             el=$(( $(date +%s) - T0 ))
             if [ -n "${GAVEUP[${B_ID[$i]}|$a]:-}" ]; then
@@ -686,6 +689,30 @@ TABLE=$(make_table)
 # left out (its throughput is memset bandwidth; its memory table follows).
 BESTTABLE=""
 if [ ${#ALLOCS[@]} -gt 1 ]; then
+    # The ratio within each round (the runs of one round follow each other
+    # closely, so drift of the machine cancels), against the allocator with
+    # the best median: the median of those ratios and how many rounds the
+    # reference won.  PAIRED: id, "median (wins/rounds)".
+    PAIRED="$WORK/paired.tsv"
+    awk -F'\t' -v ref="$REF" '
+        FILENAME == summary {
+            if ($2 != ref && $2 != "hakmem" && $2 != "hakmem-static" && $5 != "" && (bm[$1] == "" || $5 + 0 > bm[$1] + 0)) { bm[$1] = $5; bn[$1] = $2 }
+            next
+        }
+        $4 == "ok" && $5 != "" { ops[$1 SUBSEP $2 SUBSEP $3] = $5; if ($2 == ref) runs[$1] = runs[$1] " " $3 }
+        END {
+            for (id in bn) {
+                n = split(runs[id], rr, " "); m = 0; w = 0
+                for (i = 1; i <= n; i++) {
+                    a = ops[id SUBSEP ref SUBSEP rr[i]]; b = ops[id SUBSEP bn[id] SUBSEP rr[i]]
+                    if (b == "" || b + 0 <= 0) continue
+                    v[++m] = a / b; if (a / b > 1) w++
+                }
+                if (m == 0) continue
+                for (i = 2; i <= m; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
+                printf "%s\t%.2f (%d/%d)\n", id, (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2, w, m
+            }
+        }' summary="$SUMMARY" "$SUMMARY" "$RAW" > "$PAIRED"
     BESTTABLE=$(awk -F'\t' -v ids="${B_ID[*]}" -v labels="$(printf '%s|' "${B_LABEL[@]}")" -v ref="$REF" '
         function fm(x) {
             if (x == "") return ""
@@ -694,23 +721,24 @@ if [ ${#ALLOCS[@]} -gt 1 ]; then
             if (x >= 1e3) return sprintf("%.1f K", x / 1e3)
             return sprintf("%.0f", x)
         }
+        FILENAME != summary { paired[$1] = $2; next }
         $2 == ref { rm[$1] = $5; rf[$1] = $10; next }
         $2 == "hakmem" || $2 == "hakmem-static" { next }
         $5 != "" && (bm[$1] == "" || $5 + 0 > bm[$1] + 0) { bm[$1] = $5; bn[$1] = $2 }
         $10 != "" && (bf[$1] == "" || $10 + 0 < bf[$1] + 0) { bf[$1] = $10; bfn[$1] = $2 }
         END {
             nb = split(ids, bi, " "); split(labels, lb, "|")
-            print "| benchmark | " ref " ops/s | best other | its ops/s | " ref "/best | " ref " faults | fewest faults (who) | " ref "/fewest |"
-            print "|---|---:|---|---:|---:|---:|---:|---:|"
+            print "| benchmark | " ref " ops/s | best other | its ops/s | " ref "/best | paired (wins) | " ref " faults | fewest faults (who) | " ref "/fewest |"
+            print "|---|---:|---|---:|---:|---:|---:|---:|---:|"
             for (b = 1; b <= nb; b++) {
                 id = bi[b]; if (id == "rss") continue
                 r = (rm[id] != "" && bm[id] + 0 > 0) ? sprintf("%.2f", rm[id] / bm[id]) : ""
                 fr = ""
                 if (rf[id] != "" && bf[id] != "") fr = (bf[id] + 0 > 0) ? sprintf("%.1f", rf[id] / bf[id]) : (rf[id] + 0 == 0 ? "1.0" : "inf")
-                printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", lb[b], fm(rm[id]), bn[id], fm(bm[id]), r,
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", lb[b], fm(rm[id]), bn[id], fm(bm[id]), r, paired[id],
                        (rf[id] != "" ? sprintf("%.0f", rf[id]) : ""), (bf[id] != "" ? sprintf("%.0f (%s)", bf[id], bfn[id]) : ""), fr
             }
-        }' "$SUMMARY")
+        }' summary="$SUMMARY" "$PAIRED" "$SUMMARY")
 fi
 
 # bench_rss: medians of what each allocator keeps after the frees.
@@ -842,7 +870,7 @@ cp "$RAW" "$OUT/$NAME.tsv"
     echo "- machine: $CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END${LOAD_RUNS:+; 1-minute load before each run: median $LOAD_RUNS}"
     [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
     [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
-    echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators; each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
+    echo "- method: $RUNS runs per benchmark and allocator, interleaved across allocators (each round starting one allocator further on); each run is \`build/bench/NAME_system\` with the allocator in LD_PRELOAD (system: none); median and min–max of the reported ops/s; ratio = $REF median / this median (above 1: $REF is faster); peak RSS = largest max-RSS of the runs ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M" || echo "not measured")); total time $(fmt_dur $ELAPSED)"
     echo
     echo "| benchmark | arguments |"
     echo "|---|---|"
@@ -855,7 +883,7 @@ cp "$RAW" "$OUT/$NAME.tsv"
         echo
         echo "## $REF against the best of the others"
         echo
-        echo "Per benchmark: the other allocator with the highest median throughput, and the one with the fewest page faults (medians; $REF/best above 1: $REF is faster; $REF/fewest: how many times their faults $REF takes)."
+        echo "Per benchmark: the other allocator with the highest median throughput, and the one with the fewest page faults (medians; $REF/best above 1: $REF is faster; paired: the median of the per-round ratios $REF/best, rounds being the interleaved runs of one benchmark, and in how many rounds $REF was faster; $REF/fewest: how many times their faults $REF takes)."
         echo
         echo "$BESTTABLE"
     fi
