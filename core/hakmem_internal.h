@@ -149,7 +149,7 @@ HAK_INTERNAL void hak_ss_lock_all(void);
 HAK_INTERNAL void hak_ss_unlock_all(void);
 
 /* slabs (hakmem_slab.c) */
-HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n,
+HAK_INTERNAL unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room,
                                      hak_block_t **chain);
 HAK_INTERNAL void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_collect_notified(hak_heap_t *h);
@@ -194,7 +194,7 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
-HAK_INTERNAL unsigned hak_l25_take(hak_heap_t *h, unsigned cls, void **out, unsigned n);
+HAK_INTERNAL unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **chain);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);

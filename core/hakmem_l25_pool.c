@@ -27,13 +27,13 @@ unsigned hak_l25_ring_cap(unsigned cls) {
     return cap < (unsigned)hak_opt.l25_ring_cap ? cap : (unsigned)hak_opt.l25_ring_cap;
 }
 
-/* Up to n blocks of class cls into out[]: the refill of thread heap h's
- * ring.  What the shared heap stamped, or a SuperSlab it mapped beyond its
- * first, is passed on to h, whose caller starts the purger (with no lock
- * held: hak_heap_kick_due). */
-unsigned hak_l25_take(hak_heap_t *h, unsigned cls, void **out, unsigned n) {
+/* Up to n blocks of class cls onto the chain at *chain: the refill of
+ * thread heap h's ring.  What the shared heap stamped, or a SuperSlab it
+ * mapped beyond its first, is passed on to h, whose caller starts the
+ * purger (with no lock held: hak_heap_kick_due). */
+unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **chain) {
     hak_heap_t *s = hak_l25_lock();
-    unsigned got = hak_class_take(s, cls, out, n, NULL);
+    unsigned got = hak_class_take(s, cls, n, n, chain);
     if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;
     return got;
 }

@@ -853,7 +853,10 @@ static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
         *p = blk;
         return true;
     }
-    return hak_class_take(b, cls, p, 1, NULL) == 1;
+    hak_block_t *chain = NULL;
+    if (hak_class_take(b, cls, 1, 1, &chain) != 1) return false;
+    *p = chain;
+    return true;
 }
 
 /* A sampled request of at most 1 MiB, served by the heap's block heap; NULL

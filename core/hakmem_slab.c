@@ -390,23 +390,26 @@ static void ss_state_check(hak_heap_t *h, unsigned cls) {
     if (s != &hak_empty_slab && !slab_ss_hot(s)) slab_park(h, s, true);
 }
 
-/* A Tiny refill that holds this many blocks stops rather than join another
+/* A refill that holds this many blocks stops rather than join another
  * slab's list to them: joining walks what it holds. */
 #define TAKE_ENOUGH 16
 
-/* Blocks from the head of Tiny slab s's free list onto the chain at
- * *chain; returns how many.  A list that other threads freed into, or that
- * another core flushed, is cold: walking it is a miss per block, one after
- * the other, where the pops that hand the blocks out overlap theirs with the
- * program's work.  So when the chain has `room` for it (a cache holds two
- * slabs' worth: hakmem_tiny.c) the slab's whole list is taken as it is
- * linked, after the chain, which is walked to join them: it holds fewer than
- * TAKE_ENOUGH blocks (hak_class_take stops there).  Otherwise `want` blocks
- * are cut from the head of the list. */
+/* Blocks from the head of slab s's free list onto the chain at *chain;
+ * returns how many.  A list that other threads freed into, or that another
+ * core flushed, is cold: walking it is a miss per block, one after the
+ * other, where the pops that hand the blocks out overlap theirs with the
+ * program's work.  So when the chain has `room` for it (a Tiny cache holds
+ * two slabs' worth: hakmem_tiny.c; a ring all but one of its capacity:
+ * hakmem_pool.c) the slab's whole list is taken as it is linked, after the
+ * chain, which is walked to join them: it holds fewer than TAKE_ENOUGH
+ * blocks (hak_class_take stops there).  Otherwise `want` blocks are cut
+ * from the head of the list.  The list holds every carved block that is
+ * not out, unless an L2 slab gave pages back with their blocks (released):
+ * its length is then unknown, and it is cut. */
 static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, hak_block_t **chain) {
     hak_block_t *b = s->free, *last, *next;
     unsigned all = s->carved - slab_used(s);
-    if (all <= room) {
+    if (all <= room && s->released == 0) {
         s->free = NULL;
         s->used += all;
         if (*chain != NULL) {
@@ -432,12 +435,11 @@ static unsigned take_run(hak_slab_t *s, unsigned want, unsigned room, hak_block_
     return k;
 }
 
-/* Take up to n blocks of class cls for heap h, into out[] or (out NULL) as
- * a chain linked through their first word at *chain (NULL on entry), the
- * last linked to NULL; returns how many (0: out of memory).  A chain may
- * get more, up to the cache's limit: slabs' whole lists.  The slow path of
- * every tier below 1 MiB: the rings take arrays, the Tiny caches chains. */
-unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak_block_t **chain) {
+/* Take up to n blocks of class cls for heap h as a chain linked through
+ * their first word at *chain (NULL on entry), the last linked to NULL;
+ * returns how many (0: out of memory).  It may get more, up to `room`:
+ * slabs' whole lists.  The slow path of every tier below 1 MiB. */
+unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, hak_block_t **chain) {
     unsigned got = 0;
     /* Tiny slabs' free lists are the owner's alone; those of the ring
      * classes the purger reads too. */
@@ -454,19 +456,12 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, void **out, unsigned n, hak
             hak_heap_unlock(h);
             if (s == NULL) break;
         }
-        if (out == NULL) {
-            if (s->free != NULL) got += take_run(s, n - got, h->tiny_limit[cls] - got, chain);
-        } else {
+        if (s->free != NULL) {
             if (h == &hak_l25_heap && slab_used(s) == 0 && shared_spares[cls] != 0)
                 shared_spares[cls]--;
-            while (got < n && s->free != NULL) {
-                hak_block_t *b = s->free;
-                s->free = hak_link_get(b);
-                s->used++;
-                out[got++] = b;
-            }
+            got += take_run(s, n - got, room - got, chain);
         }
-        if (got >= n || (out == NULL && got >= TAKE_ENOUGH)) break;
+        if (got >= n || got >= TAKE_ENOUGH) break;
         if (slab_carve(s, n - got)) continue;
         if (hak_remote_collect(s)) continue;
         if (slab_reattach(s)) continue;

@@ -44,7 +44,8 @@ HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     h->tiny_overflows[cls] = 0;
     /* runs of the slabs' lists, moved as they are linked */
     hak_block_t *chain = NULL;
-    unsigned n = hak_class_take(h, cls, NULL, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u), &chain);
+    unsigned n = hak_class_take(h, cls, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u),
+                                h->tiny_limit[cls], &chain);
     if (n == 0) {
         errno = ENOMEM;
         return NULL;

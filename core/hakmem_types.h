@@ -177,9 +177,14 @@ static inline size_t hak_slab_data_offset(unsigned idx) {
 
 /* ---- per-thread heap ------------------------------------------------------ */
 struct hak_ring {
-    uint32_t count;
-    uint32_t cap;
-    void    *slot[];
+    uint32_t     count;
+    uint32_t     cap;
+    /* L2: blocks of the heap's slabs taken as their lists were linked,
+     * not yet handed out, popped once the array is empty (a refill that
+     * put a cold list's blocks into the array would walk it, a miss per
+     * block one after the other).  Always NULL for L2.5. */
+    hak_block_t *chain;
+    void        *slot[];
 };
 typedef struct hak_ring hak_ring_t;
 

@@ -12,8 +12,21 @@ static inline hak_ring_t *hak_pool_ring(hak_heap_t *h, unsigned cls) {
     return h->ring[cls];
 }
 
-/* size: the request, for the profiler's countdown.  NULL when the ring is
- * empty or the countdown ran out: the caller takes the slow path. */
+/* Block b, the head of the ring's chain (blocks a refill took from slabs'
+ * lists as they were linked: hakmem_pool.c), handed out.  The pop after it
+ * reads the next block's link: fetched now, it arrives while the program
+ * works. */
+static inline void *hak_ring_chain_pop(hak_ring_t *r, hak_block_t *b) {
+    hak_block_t *next = hak_link_get_any(b);
+    r->chain = next;
+    if (next != NULL) __builtin_prefetch(next);
+    hak_ring_block_taken(b);
+    return b;
+}
+
+/* size: the request, for the profiler's countdown.  The array first, then
+ * the chain.  NULL when both are empty or the countdown ran out: the caller
+ * takes the slow path. */
 static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, size_t size) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     uint32_t n = r->count;      /* read once: the countdown's asm writes memory */
@@ -23,6 +36,11 @@ static inline HAK_ALLOC_PATH void *hak_pool_alloc(hak_heap_t *h, unsigned cls, s
         void *p = r->slot[n];
         hak_ring_block_taken(p);
         return p;
+    }
+    hak_block_t *b = r->chain;
+    if (b != NULL) {
+        HAK_SAMPLE_COUNTDOWN(h, size, sample);
+        return hak_ring_chain_pop(r, b);
     }
 sample:
     return NULL;

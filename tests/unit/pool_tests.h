@@ -112,9 +112,13 @@ static void test_ring_overflow(void **state)
     check_many(A, POOL_OVERFLOW_COUNT, SIZE_HI, SIZE_HI, TIER, 24);
 }
 
+/* Blocks of many classes, then of one class only: what another thread
+ * freed of one class comes back to the owner as whole slab lists (a
+ * ring's chain), each block handed out once. */
 static void test_cross_thread(void **state)
 {
     check_cross_thread(*state, POOL_XT_COUNT, SIZE_LO, SIZE_HI, TIER, 25);
+    check_cross_thread(*state, POOL_XT_COUNT, SIZE_LO, SIZE_LO, TIER, 26);
 }
 
 int main(void)

@@ -21,7 +21,8 @@
  *       program starts, get no report and hakmem opens no fd 5.
  *   double_free_across_threads               a block freed by one thread and
  *       again by another stops with "double free" (large: "already freed
- *       large block"), whichever thread owns it.
+ *       large block"), whichever thread owns it; so does a block freed by
+ *       another thread and waiting, free, on its owner's ring chain.
  *
  * The stats tests and the long value run this program again
  * (/proc/self/exe) with the setting in its environment; the others run the
@@ -412,6 +413,34 @@ static void cross_owner_child(void)
     FREE(shared_block);
 }
 
+/* main allocates L2 blocks, another thread frees them, main allocates
+ * until one of them comes back (its refill has taken their list as the
+ * ring's chain) and frees another of them again: a block waiting, free,
+ * on the chain */
+static void *free_chain_blocks(void *arg)
+{
+    void **b = arg;
+    for (int i = 0; i < 16; i++) FREE(b[i]);
+    return NULL;
+}
+
+static void chain_child(void)
+{
+    static void *b[16];
+    for (int i = 0; i < 16; i++) b[i] = MALLOC(3000);
+    pthread_t t;
+    pthread_create(&t, NULL, free_chain_blocks, b);
+    pthread_join(t, NULL);
+    for (int k = 0; k < 256; k++) {
+        void *p = MALLOC(3000);
+        for (int i = 0; i < 16; i++)
+            if (p == b[i]) {
+                FREE(b[i == 0 ? 1 : 0]);
+                return;
+            }
+    }
+}
+
 /* another thread allocates and frees, main frees again */
 static void cross_other_child(void)
 {
@@ -441,6 +470,7 @@ static void test_double_free_across_threads(void **state)
         expect_abort(in_child(cross_owner_child, err, sizeof err), err, cases[i].words);
         expect_abort(in_child(cross_other_child, err, sizeof err), err, cases[i].words);
     }
+    expect_abort(in_child(chain_child, err, sizeof err), err, DOUBLE_FREE);
 }
 
 int main(int argc, char **argv)
