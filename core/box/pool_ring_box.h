@@ -1,6 +1,8 @@
 /* pool_ring_box — the L2 / L2.5 fast paths: a per-thread LIFO array of
  * block pointers per class.  LIFO keeps the hot end of the ring (and the
- * block last freed) in cache. */
+ * block last freed) in cache.  Behind the array, an L2 ring's chain: the
+ * blocks its last refill took from a slab's list, popped once the array is
+ * empty. */
 #ifndef HAK_POOL_RING_BOX_H
 #define HAK_POOL_RING_BOX_H
 
