@@ -283,18 +283,24 @@ uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay) {
     return wait;
 }
 
-/* The slab ran dry: its detached blocks come back (their pages fault in
- * again as they are used). */
+/* The slab ran dry: its detached blocks come back.  The link faults each
+ * one's page in again, zeroed: the block gets its freed-mark back (a double
+ * free of it is caught again) and a stamp of now (the purger would take a
+ * stamp of zero as long due, and give the page back again before the
+ * program, which is out of blocks, has used it). */
 static bool slab_reattach(hak_slab_t *s) {
     if (s->released == 0) return false;
     uint32_t bs = hak_class_block_size[s->cls];
     char *start = slab_start(s);
     uint64_t detached = released_blocks(s, bs);
+    uint32_t now = hak_now_ms();
     while (detached != 0) {
         unsigned i = (unsigned)__builtin_ctzll(detached);
         detached &= detached - 1;
         hak_block_t *b = (hak_block_t *)(start + (size_t)i * bs);
         hak_link_set(b, s->free);
+        hak_block_mark_free(b);
+        hak_block_stamp(b, now);
         s->free = b;
     }
     s->released = 0;

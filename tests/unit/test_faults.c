@@ -23,6 +23,10 @@
  *       again by another stops with "double free" (large: "already freed
  *       large block"), whichever thread owns it; so does a block freed by
  *       another thread and waiting, free, on its owner's ring chain.
+ *   double_free_after_page_came_back         (default build) a double free
+ *       of an L2 block whose page was given back while its slab lived, and
+ *       which its slab, run dry, has taken back (the page came back zeroed:
+ *       its freed-mark is written again).
  *
  * The stats tests and the long value run this program again
  * (/proc/self/exe) with the setting in its environment; the others run the
@@ -441,6 +445,47 @@ static void chain_child(void)
     }
 }
 
+/* Default build: L2 blocks freed, every eighth kept live, so that whole
+ * 4 KiB pages of their one-page slabs hold only free blocks; malloc_trim
+ * gives those pages back (their blocks leave the free list).  main then
+ * allocates until it is handed a block whose page had gone (its slab ran
+ * dry and took its blocks back) and frees another such block of the same
+ * slab, not handed out yet, again: its page came back zeroed, and the
+ * double free must still be caught. */
+#ifndef HAK_HARDENED
+#define REATTACH_N 400
+static void reattach_child(void)
+{
+    static char *b[REATTACH_N];
+    static bool gone[REATTACH_N];
+    for (int i = 0; i < REATTACH_N; i++) b[i] = MALLOC(3000);
+    for (int i = 0; i < REATTACH_N; i++)
+        if (i % 8 != 0) FREE(b[i]);
+    hak_trim(0);
+    int ngone = 0;
+    for (int i = 0; i < REATTACH_N; i++) {
+        unsigned char v;
+        gone[i] = i % 8 != 0 &&
+                  mincore((void *)((uintptr_t)b[i] & ~(uintptr_t)4095), 1, &v) == 0 && !(v & 1);
+        ngone += gone[i];
+    }
+    if (ngone < 2) _exit(3);                     /* nothing was given back */
+    for (int k = 0; k < REATTACH_N; k++) {
+        char *p = MALLOC(3000);
+        for (int i = 0; i < REATTACH_N; i++) {
+            if (p != b[i] || !gone[i]) continue;
+            for (int j = 0; j < REATTACH_N; j++)
+                if (j != i && gone[j] && ((uintptr_t)b[j] >> 16) == ((uintptr_t)p >> 16)) {
+                    FREE(b[j]);
+                    _exit(5);                    /* not caught */
+                }
+            _exit(4);                            /* no other block of that slab had gone */
+        }
+    }
+    _exit(6);                                    /* no block whose page had gone came back */
+}
+#endif
+
 /* another thread allocates and frees, main frees again */
 static void cross_other_child(void)
 {
@@ -473,6 +518,19 @@ static void test_double_free_across_threads(void **state)
     expect_abort(in_child(chain_child, err, sizeof err), err, DOUBLE_FREE);
 }
 
+#ifndef HAK_HARDENED
+static void test_double_free_after_page_came_back(void **state)
+{
+    (void)state;
+    char err[4096];
+    int status = in_child(reattach_child, err, sizeof err);
+    if (WIFEXITED(status))
+        fail_msg("child exited with %d (3: nothing given back, 4/6: no such block found, "
+                 "5: the double free was not caught); stderr: %s", WEXITSTATUS(status), err);
+    expect_abort(status, err, DOUBLE_FREE);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 #ifndef HAK_TEST_HAK_ONLY
@@ -497,6 +555,9 @@ int main(int argc, char **argv)
 #endif
         cmocka_unit_test(test_free_into_retired_span),
         cmocka_unit_test(test_double_free_across_threads),
+#ifndef HAK_HARDENED
+        cmocka_unit_test(test_double_free_after_page_came_back),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
