@@ -44,7 +44,7 @@ HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
     if (r == &hak_empty_ring) r = ring_open(h, cls);
     unsigned want = hak_refill_want(h, cls, r->cap > 1 ? r->cap / 2 : 1);
     if (cls < HAK_L25_FIRST) {
-        unsigned room = r->cap > want ? r->cap - 1 : want;
+        unsigned room = r->cap > 1 ? r->cap - 1 : 1;     /* want is at most half the cap */
         if (hak_class_take(h, cls, want, room, &r->chain) == 0) goto out_of_memory;
         return hak_ring_chain_pop(r, r->chain);
     }
@@ -154,15 +154,16 @@ static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     else if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;   /* h's caller kicks */
 }
 
-/* An L2 ring's chain back to its slabs, a block at a time (the blocks may
- * come from several slabs). */
+/* An L2 ring's chain back to its slabs, a block at a time (the blocks, all
+ * of the ring's class, may come from several slabs). */
 static void chain_flush(hak_heap_t *h, hak_ring_t *r) {
+    uint32_t bs = hak_class_block_size[hak_slab_of(r->chain)->cls];
     hak_heap_lock(h);
     uint32_t now = hak_now_ms();
     bool at_once = hak_opt.purge_delay_ms == 0;
     for (hak_block_t *b = r->chain, *next; b != NULL; b = next) {
         next = hak_link_get_any(b);
-        if (!at_once) h->purge_pending += hak_class_block_size[hak_slab_of(b)->cls];
+        if (!at_once) h->purge_pending += bs;
         block_return(h, b, now, at_once);
     }
     r->chain = NULL;
