@@ -63,9 +63,11 @@ static inline void purge_kick_due(hak_heap_t *h) {
         hak_purge_kick();
 }
 
-/* The same from free, which never starts a thread (hak_purge_request). */
+/* The same from free, which never starts a thread (hak_purge_request):
+ * while no purger runs, free's slow paths give back what is due. */
 static inline void purge_request_due(hak_heap_t *h) {
     if (hak_heap_kick_due(h)) hak_purge_request();
+    hak_purge_inline_check();
 }
 
 /* The empty heap's slow path: a thread's first allocation, or with
@@ -103,6 +105,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
     hak_heap_shrink_check(h);
     if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
     purge_kick_due(h);
+    hak_purge_inline_check();
     return p;
 }
 
@@ -243,6 +246,7 @@ static HAK_NOINLINE void free_slab_block(void *p) {
          * collect it and retire the slab.) */
         bool shared = s->owner == &hak_l25_heap;
         if (hak_remote_free(s, p) || shared) hak_purge_request();
+        hak_purge_inline_check();
         return;
     }
     if (s->tier == HAK_TIER_TINY) {
@@ -284,6 +288,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         bool cached = hak_large_free(p);     /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
         if (cached) hak_purge_request();
+        hak_purge_inline_check();
         return;
     }
     __libc_free(p);

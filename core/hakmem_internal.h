@@ -74,6 +74,23 @@ HAK_INTERNAL void hak_purge_kick(void);
  * (hak_purge_wanted). */
 HAK_INTERNAL void hak_purge_request(void);
 HAK_INTERNAL extern _Atomic int hak_purge_wanted;
+/* Whether a purger thread runs: a large block freed while none does goes
+ * back at once (a program that frees and then idles runs no slow path). */
+HAK_INTERNAL bool hak_purge_thread_running(void);
+/* No purger runs (none may be made: HAKMEM_PURGE_THREAD, a seccomp filter,
+ * limits; or none was started yet, as in a forked child): the slow paths of
+ * malloc and free run its pass themselves once one is due. */
+HAK_INTERNAL extern _Atomic uint32_t hak_purge_inline_due;
+HAK_INTERNAL void hak_purge_inline(void);
+/* A heap stamped HAK_PURGE_KICK_MIN more bytes (any lock may be held).
+ * With no purger for good, a program that frees and then idles would keep
+ * whatever it freed last: past HAK_PURGE_INLINE_BUDGET stamped since the
+ * last pass, the next slow path gives back every free page at once. */
+HAK_INTERNAL void hak_purge_stamped(void);
+static inline void hak_purge_inline_check(void) {
+    if (hak_unlikely(atomic_load_explicit(&hak_purge_inline_due, memory_order_relaxed) != 0))
+        hak_purge_inline();
+}
 HAK_INTERNAL bool hak_purge_everything(void);
 HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);
@@ -125,6 +142,7 @@ static inline bool hak_l25_trylock(void) {
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
     h->purge_pending = 0;
+    hak_purge_stamped();
     return true;
 }
 

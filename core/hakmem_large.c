@@ -154,10 +154,12 @@ static bool cache_evict_oldest(range_t *out) {
 
 /* A freed range: merged with cached neighbours (the merged range takes the
  * newest stamp: nothing goes back early), room made by sending the oldest
- * ranges back.  With delay 0, or bigger than the whole cache, it goes back
- * at once.  Returns whether it was kept, stamped for the purger. */
+ * ranges back.  With delay 0, bigger than the whole cache, or with no
+ * purger thread to give it back if the program now idles (none may be
+ * made, or none was started yet: a forked child), it goes back at once.
+ * Returns whether it was kept, stamped for the purger. */
 static bool cache_put(char *base, size_t len) {
-    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES) {
+    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES || !hak_purge_thread_running()) {
         release(base, len);
         return false;
     }
@@ -253,12 +255,11 @@ static void zero_used(char *p, size_t n) {
     char *end = p + n;
     char *lo = (char *)(((uintptr_t)p + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
     char *hi = (char *)((uintptr_t)end & ~(uintptr_t)(LARGE_HUGE - 1));
-    if (hi <= lo || !hak_os_hugepages_work()) {
-        memset(p, 0, n);
+    if (hi <= lo || !hak_os_hugepages_work() || !hak_os_zero_pages(lo, (size_t)(hi - lo))) {
+        memset(p, 0, n);     /* the kernel refused (locked memory, a sandbox) */
         return;
     }
     memset(p, 0, (size_t)(lo - p));
-    hak_os_zero_pages(lo, (size_t)(hi - lo));
     memset(hi, 0, (size_t)(end - hi));
 }
 

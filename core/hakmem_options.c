@@ -1,7 +1,8 @@
 /* The options table: every run-time setting, its default, its range and
  * what it does, in one place.  Parsed once at start-up (getenv does not
  * allocate); an invalid value and an unknown HAKMEM_* name each get one line
- * on stderr, and the program goes on with the default. */
+ * on stderr, and the program goes on with the default.  A secure-execution
+ * process (set-user-ID) keeps every default. */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 
@@ -18,6 +19,7 @@ hak_options_t hak_opt = {
     .l25_ring_cap = POOL_L25_RING_CAP,
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
     .purge_delay_ms = HAK_PURGE_DELAY_DEFAULT,
+    .purge_thread = HAK_PURGE_THREAD_AUTO,
     .profile = "",
     .profile_rate = 512 * 1024,
 };
@@ -38,6 +40,7 @@ typedef struct {
 
 static const char *const lookup_kinds[] = { "flat", "radix", NULL };
 static const char *const unwinders[] = { "libunwind", "libgcc", NULL };
+static const char *const purge_threads[] = { "0", "1", "auto", NULL };
 
 static const option_t options[] = {
     { "HAKMEM_VERBOSE", &hak_opt.verbose, 0, 0, 1,
@@ -57,6 +60,10 @@ static const option_t options[] = {
       lookup_kinds, NULL },
     { "HAKMEM_PURGE_DELAY_MS", &hak_opt.purge_delay_ms, HAK_PURGE_DELAY_DEFAULT, 0, 3600000,
       "ms free memory stays resident unused before it goes back to the OS (0: at once)", NULL, NULL },
+    { "HAKMEM_PURGE_THREAD", &hak_opt.purge_thread, HAK_PURGE_THREAD_AUTO, 0, 2,
+      "who gives memory back by time: auto (a purger thread, none under a seccomp filter), "
+      "1 (a thread even there) or 0 (never a thread: the allocation and free paths do it)",
+      purge_threads, NULL },
     { "HAKMEM_PROFILE", NULL, 0, 0, 0,
       "heap profile file (%p: the pid): sample allocations, write the live heap at exit",
       NULL, &hak_opt.profile },
@@ -96,6 +103,12 @@ extern char **environ;
 
 void hak_options_init(void) {
     char line[320];
+    /* A set-user-ID (or capability-raising) program's environment is its
+     * caller's: a setting could make it write a file where its caller may
+     * not, or read its memory map out.  As glibc does with its tunables,
+     * every setting is ignored there, without a word (stderr may not be
+     * the caller's to read either). */
+    if (hak_os_secure_exec()) return;
     for (size_t i = 0; i < NOPTIONS; i++) {
         const option_t *o = &options[i];
         if (o->text != NULL) {

@@ -5,6 +5,7 @@
 
 enum { HAK_LOOKUP_FLAT = 0, HAK_LOOKUP_RADIX = 1 };
 enum { HAK_UNWIND_LIBUNWIND = 0, HAK_UNWIND_LIBGCC = 1 };
+enum { HAK_PURGE_THREAD_OFF = 0, HAK_PURGE_THREAD_ON = 1, HAK_PURGE_THREAD_AUTO = 2 };
 
 typedef struct {
     int verbose;            /* HAKMEM_VERBOSE: print the settings at start-up   */
@@ -15,6 +16,7 @@ typedef struct {
     int ss_lookup_kind;     /* HAKMEM_SS_LOOKUP_KIND: HAK_LOOKUP_FLAT / _RADIX */
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
     int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
+    int purge_thread;       /* HAKMEM_PURGE_THREAD: HAK_PURGE_THREAD_*          */
     const char *profile;    /* HAKMEM_PROFILE: heap profile path ("" = off)     */
     int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
     int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */

@@ -30,8 +30,10 @@ HAK_OS_INTERNAL void *hak_os_map_aligned(size_t len, size_t align);
  * decommitted (not counted). */
 HAK_OS_INTERNAL void  hak_os_unmap(void *p, size_t len);
 HAK_OS_INTERNAL void  hak_os_unmap_unused(void *p, size_t len);
-/* Give the pages back but keep the range mapped: it reads as zero after. */
-HAK_OS_INTERNAL void  hak_os_decommit(void *p, size_t len);
+/* Give the pages back but keep the range mapped: it reads as zero after.
+ * False if the OS refused (locked memory, a sandbox): the pages stay, with
+ * their contents. */
+HAK_OS_INTERNAL bool  hak_os_decommit(void *p, size_t len);
 /* Replace [base, base + len), mapped, by an inaccessible reservation that
  * takes no memory (counted as given back); false if the OS refuses. */
 HAK_OS_INTERNAL bool  hak_os_reserve_over(void *base, size_t len);
@@ -60,8 +62,10 @@ HAK_OS_INTERNAL void  hak_os_hugepages(void *p, size_t len, bool on);
 HAK_OS_INTERNAL bool  hak_os_hugepages_work(void);
 /* Make [p, p + len), mapped, read as zero by giving its pages back (not
  * counted as given back: the range is in use, its pages come back, zero,
- * where it is touched). */
-HAK_OS_INTERNAL void  hak_os_zero_pages(void *p, size_t len);
+ * where it is touched).  False if the OS refused, now or before (locked
+ * memory, a sandbox): the range is unchanged, and the caller writes the
+ * zeros itself. */
+HAK_OS_INTERNAL bool  hak_os_zero_pages(void *p, size_t len);
 /* Size of the OS's pages. */
 HAK_OS_INTERNAL size_t hak_os_page_size(void);
 
@@ -83,6 +87,13 @@ HAK_OS_INTERNAL uintptr_t hak_os_random_word(void);
  * with every signal blocked (it never runs a program's handler); false if
  * it cannot.  ALLOCATES (pthread_create may call malloc). */
 HAK_OS_INTERNAL bool  hak_os_thread_start(void *(*fn)(void *), void *arg, size_t stack_size);
+
+/* Whether the process runs with privileges its caller lacks (set-user-ID
+ * or set-group-ID, file capabilities: the kernel's AT_SECURE). */
+HAK_OS_INTERNAL bool  hak_os_secure_exec(void);
+/* Whether the process runs under a seccomp filter (which may kill it for a
+ * system call hakmem would make, such as clone); read anew at each call. */
+HAK_OS_INTERNAL bool  hak_os_sandboxed(void);
 
 /* ---- files and signals (the heap profiler) --------------------------------------- */
 /* The process's mappings as text, in the format of Linux's /proc/self/maps

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -44,15 +45,31 @@ void hak_os_unmap(void *p, size_t len) {
     count_released(len);
 }
 
-void hak_os_zero_pages(void *p, size_t len) {
+static bool dontneed(void *p, size_t len) {
     int saved = errno;
-    madvise(p, len, MADV_DONTNEED);
+    bool ok = madvise(p, len, MADV_DONTNEED) == 0;
     errno = saved;
+    return ok;
 }
 
-void hak_os_decommit(void *p, size_t len) {
-    hak_os_zero_pages(p, len);
+/* Once the kernel has refused to clear pages (locked memory: mlockall, or
+ * an mlock never undone; a seccomp filter), the callers write the zeros
+ * without asking again: with mlockall every call would fail. */
+static _Atomic bool zeroing_refused;
+
+bool hak_os_zero_pages(void *p, size_t len) {
+    if (atomic_load_explicit(&zeroing_refused, memory_order_relaxed)) return false;
+    if (dontneed(p, len)) return true;
+    atomic_store_explicit(&zeroing_refused, true, memory_order_relaxed);
+    return false;
+}
+
+/* Not given up after a refusal: one locked buffer must not stop every
+ * other range from going back. */
+bool hak_os_decommit(void *p, size_t len) {
+    if (!dontneed(p, len)) return false;
     count_released(len);
+    return true;
 }
 
 /* The start of a small text file (procfs, sysfs) into buf, NUL-terminated;
@@ -234,6 +251,21 @@ bool hak_os_thread_start(void *(*fn)(void *), void *arg, size_t stack_size) {
     pthread_attr_destroy(&attr);
     errno = saved;
     return rc == 0;
+}
+
+bool hak_os_secure_exec(void) { return getauxval(AT_SECURE) != 0; }
+
+/* "Seccomp:\t2" in /proc/self/status: a filter (0 none, 1 strict mode, in
+ * which no thread could be made either).  Unreadable (no /proc): assume
+ * none, as a program that runs under a filter rarely hides /proc too. */
+bool hak_os_sandboxed(void) {
+    char buf[4096];
+    if (read_text("/proc/self/status", buf, sizeof buf) <= 0) return false;
+    const char *p = strstr(buf, "\nSeccomp:");
+    if (p == NULL) return false;
+    p += strlen("\nSeccomp:");
+    while (*p == ' ' || *p == '\t') p++;
+    return *p != '0';
 }
 
 /* ---- files and signals --------------------------------------------------------- */

@@ -65,11 +65,15 @@
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
 static _Atomic int purger_wake;        /* futex word: wake up early */
-static bool purge_no_thread;           /* a purger could not be made */
-static _Atomic uint32_t inline_due;    /* no thread: when the next pass is due */
+static bool purge_no_thread;           /* no purger may or can be made */
 static _Atomic int purger_idle;        /* nothing stamped: it waits for a wake */
 _Atomic int hak_purge_wanted;          /* a free found no purger: malloc starts one */
-
+_Atomic uint32_t hak_purge_inline_due; /* no purger: when the owners' paths run
+                                          the next pass (| 1), 0 if nothing waits */
+static _Atomic size_t inline_stamped;  /* no thread for good: bytes stamped since
+                                          the last pass (in HAK_PURGE_KICK_MIN) */
+static _Atomic bool inline_at_once;    /* ... past the budget: the next pass
+                                          gives back every free page */
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
  * profiler's heaps of sampled blocks (no thread; each used under a lock of
@@ -183,8 +187,25 @@ static void *purger_main(void *arg) {
     return NULL;
 }
 
+/* Whether this process may have a purger thread: not with
+ * HAKMEM_PURGE_THREAD=0, nor (auto, the default) under a seccomp filter,
+ * which may kill the whole process for the clone that would make it. */
+static bool thread_allowed(void) {
+    if (hak_opt.purge_thread == HAK_PURGE_THREAD_OFF) return false;
+    return hak_opt.purge_thread == HAK_PURGE_THREAD_ON || !hak_os_sandboxed();
+}
+
 static bool purger_start(void) {
     return hak_os_thread_start(purger_main, NULL, (size_t)64 << 10);
+}
+
+/* No purger: the owners' slow paths give back what falls due
+ * (hak_purge_inline), from the delay on. */
+static void inline_schedule(uint32_t ms) {
+    uint32_t due = (hak_now_ms() + ms) | 1;
+    uint32_t cur = atomic_load_explicit(&hak_purge_inline_due, memory_order_relaxed);
+    if (cur == 0 || (int32_t)(due - cur) < 0)
+        atomic_store_explicit(&hak_purge_inline_due, due, memory_order_relaxed);
 }
 
 /* Something was stamped: make sure someone will give it back.  Called with
@@ -192,47 +213,61 @@ static bool purger_start(void) {
 void hak_purge_kick(void) {
     if (hak_opt.purge_delay_ms == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
-    if (purge_no_thread) {
-        uint32_t due = hak_now_ms() + (uint32_t)hak_opt.purge_delay_ms;
-        uint32_t cur = atomic_load_explicit(&inline_due, memory_order_relaxed);
-        if (cur == 0 || (int32_t)(due - cur) < 0)
-            atomic_store_explicit(&inline_due, due | 1, memory_order_relaxed);
-        return;
-    }
-    atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
-    int expected = 0;
-    if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
-    if (!purger_start()) {
+    if (!purge_no_thread && !thread_allowed()) purge_no_thread = true;
+    if (!purge_no_thread) {
+        atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
+        if (purger_start()) return;
         purge_no_thread = true;
         atomic_store(&purger_running, 0);
-        hak_purge_kick();
     }
+    inline_schedule((uint32_t)hak_opt.purge_delay_ms);
 }
 
-/* The same from free: never starts a thread (see the top of this file). */
+/* The same from free: never starts a thread (see the top of this file).
+ * Until the next malloc slow path starts one, or for good where none can
+ * be made, the free paths give back what falls due themselves. */
 void hak_purge_request(void) {
     if (hak_opt.purge_delay_ms == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) {
         if (atomic_load(&purger_idle)) hak_os_wake(&purger_wake);
         return;
     }
-    if (purge_no_thread) {
-        hak_purge_kick();               /* sets inline_due only */
-        return;
-    }
-    atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
+    inline_schedule((uint32_t)hak_opt.purge_delay_ms);
+    if (!purge_no_thread) atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
 }
 
-/* From the owners' slow paths (housekeeping) where no purger can run. */
-static void purge_inline(void) {
+bool hak_purge_thread_running(void) {
+    return atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
+}
+
+void hak_purge_stamped(void) {
     if (!purge_no_thread) return;
-    uint32_t due = atomic_load_explicit(&inline_due, memory_order_relaxed);
+    size_t n = atomic_fetch_add_explicit(&inline_stamped, HAK_PURGE_KICK_MIN,
+                                         memory_order_relaxed) + HAK_PURGE_KICK_MIN;
+    if (n < HAK_PURGE_INLINE_BUDGET) return;
+    atomic_store_explicit(&inline_at_once, true, memory_order_relaxed);
+    atomic_store_explicit(&hak_purge_inline_due, hak_now_ms() | 1, memory_order_relaxed);
+}
+
+/* From the owners' slow paths (malloc's and free's) while a pass is due
+ * and no purger runs: the purger's pass, taking no lock it would wait for. */
+void hak_purge_inline(void) {
+    uint32_t due = atomic_load_explicit(&hak_purge_inline_due, memory_order_relaxed);
     if (due == 0 || (int32_t)(hak_now_ms() - due) < 0) return;
+    if (atomic_load_explicit(&purger_running, memory_order_relaxed)) {
+        atomic_store_explicit(&hak_purge_inline_due, 0, memory_order_relaxed);
+        return;
+    }
     if (!hak_trylock(&purge_lock)) return;
-    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, true);
+    bool at_once = atomic_exchange_explicit(&inline_at_once, false, memory_order_relaxed);
+    if (at_once) atomic_store_explicit(&inline_stamped, 0, memory_order_relaxed);
+    uint32_t wait = purge_pass_locked(at_once ? 0 : (uint32_t)hak_opt.purge_delay_ms, true);
     hak_unlock(&purge_lock);
-    atomic_store_explicit(&inline_due, wait == HAK_PURGE_NONE ? 0 : (hak_now_ms() + wait) | 1,
-                          memory_order_relaxed);
+    /* A stamp scheduled meanwhile keeps its time. */
+    atomic_compare_exchange_strong(&hak_purge_inline_due, &due, 0);
+    if (wait != HAK_PURGE_NONE) inline_schedule(wait);
 }
 
 /* The last thread with a heap exited: the purger need not wait. */
@@ -270,12 +305,10 @@ bool hak_purge_everything(void) {
 /* From the slow path every 256 refills: while threads have exited and left
  * heaps behind, take one at a time and collect its remote frees, so that
  * its empty slabs and SuperSlabs serve the running threads (through the
- * SuperSlab cache, warm) rather than wait for a new thread to adopt it.
- * Where the purger cannot run, this is also when due memory goes back. */
+ * SuperSlab cache, warm) rather than wait for a new thread to adopt it. */
 void hak_housekeeping(hak_heap_t *h) {
     /* not from a heap of the profiler's: its lock may not wait for heap_lock */
     if (hak_heap_state(h) != HAK_HEAP_ACTIVE) return;
-    purge_inline();
     if (hak_heap_reclaim_abandoned(HAK_RECLAIM_ONE | HAK_RECLAIM_TRY)) hak_purge_kick();
 }
 
@@ -304,13 +337,16 @@ bool hak_make_room(void) {
 void hak_purge_fork_prepare(void) { hak_lock(&purge_lock); }
 void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
 
-/* The child has no purger: the forking thread's next slow path starts one
- * if anything is stamped (hak_heap_kick_due). */
+/* The child has no purger.  If the parent had one, the child starts its
+ * own now: a daemon's child often only frees and idles, and its frees
+ * cannot start a thread.  (Here, in fork's child handler, glibc's locks
+ * are whole again and no other thread exists.)  Where none may be made,
+ * the child's slow paths take over (hak_purge_inline). */
 void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_idle, 0, memory_order_relaxed);
-    if (had && hak_tls_own_heap != NULL) hak_tls_own_heap->purge_pending = HAK_PURGE_KICK_MIN;
     hak_unlock(&purge_lock);
+    if (had) hak_purge_kick();
 }
