@@ -95,18 +95,24 @@ HAK_OS_INTERNAL bool  hak_os_secure_exec(void);
  * system call hakmem would make, such as clone); read anew at each call. */
 HAK_OS_INTERNAL bool  hak_os_sandboxed(void);
 
-/* ---- files and signals (the heap profiler) --------------------------------------- */
+/* ---- files and signals (the heap profiler) ---------------------------------------
+ * These may run inside malloc: none is a cancellation point (each turns the
+ * calling thread's cancellation off for its system calls and restores it),
+ * and none blocks on a FIFO or a device. */
 /* The process's mappings as text, in the format of Linux's /proc/self/maps
  * (what pprof reads), handed to sink(ctx, text, len) piece by piece;
  * nothing if they cannot be read. */
 HAK_OS_INTERNAL void  hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len),
                                            void *ctx);
-/* Take the lowest free file descriptors (opened on /dev/null) up to
- * `floor`, or to 64 below the limit on open files if that is lower, so that
- * a descriptor opened meanwhile lands above them.  fds has room for floor;
- * returns how many were taken.  hak_os_close_fds closes them, last first. */
-HAK_OS_INTERNAL int   hak_os_take_low_fds(int *fds, int floor);
-HAK_OS_INTERNAL void  hak_os_close_fds(const int *fds, int n);
+/* A regular file at path, created (mode 0600) or truncated, open for writing
+ * and closed on exec; -1 with the reason in *err if not.  Never through a
+ * symbolic link at path (ELOOP), never anything but a regular file (ENXIO:
+ * a FIFO, a device, a socket; a directory is EISDIR). */
+HAK_OS_INTERNAL int   hak_os_file_create(const char *path, int *err);
+/* All of buf to fd (interrupted writes resumed); false on an error. */
+HAK_OS_INTERNAL bool  hak_os_file_write(int fd, const void *buf, size_t len);
+/* Close fd; false if the close reports an error. */
+HAK_OS_INTERNAL bool  hak_os_file_close(int fd);
 /* Catch signal sig with handler (interrupted calls restart, no signal
  * blocked meanwhile); false if it cannot be caught. */
 HAK_OS_INTERNAL bool  hak_os_catch_signal(int sig, void (*handler)(int));

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -269,8 +270,19 @@ bool hak_os_sandboxed(void) {
 }
 
 /* ---- files and signals --------------------------------------------------------- */
+/* open, read, write and close are cancellation points: inside malloc a
+ * cancel acting there would unwind the thread out of the allocator with its
+ * locks held. */
+static int cancel_off(void) {
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    return old;
+}
+
+static void cancel_restore(int old) { pthread_setcancelstate(old, &old); }
+
 void hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len), void *ctx) {
-    int saved = errno;
+    int saved = errno, cs = cancel_off();
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         char buf[4096];
@@ -278,27 +290,48 @@ void hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len),
         while ((r = read(fd, buf, sizeof buf)) > 0) sink(ctx, buf, (size_t)r);
         close(fd);
     }
+    cancel_restore(cs);
     errno = saved;
 }
 
-int hak_os_take_low_fds(int *fds, int floor) {
-    int saved = errno;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)floor + 64)
-        floor = rl.rlim_cur > 128 ? (int)rl.rlim_cur - 64 : 0;
-    int n = 0;
-    for (int fd; n < floor && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
-        fds[n++] = fd;
-        if (fd >= floor) break;
+int hak_os_file_create(const char *path, int *err) {
+    int saved = errno, cs = cancel_off();
+    /* O_NONBLOCK: opening a FIFO with no reader fails (ENXIO) instead of
+     * waiting for one; it changes nothing for a regular file */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    struct stat sb;
+    if (fd < 0) {
+        *err = errno;
+    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        fd = -1;
+        *err = ENXIO;
     }
+    cancel_restore(cs);
     errno = saved;
-    return n;
+    return fd;
 }
 
-void hak_os_close_fds(const int *fds, int n) {
-    int saved = errno;
-    while (n > 0) close(fds[--n]);
+bool hak_os_file_write(int fd, const void *buf, size_t len) {
+    int saved = errno, cs = cancel_off();
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, (const char *)buf + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    cancel_restore(cs);
     errno = saved;
+    return off == len;
+}
+
+bool hak_os_file_close(int fd) {
+    int saved = errno, cs = cancel_off();
+    bool ok = close(fd) == 0;
+    cancel_restore(cs);
+    errno = saved;
+    return ok;
 }
 
 bool hak_os_catch_signal(int sig, void (*handler)(int)) {

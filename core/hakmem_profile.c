@@ -35,16 +35,17 @@
  * A stack sampled before is mostly found again without a walk, by the
  * stack cache: a trie of the return addresses above the sampling
  * function's frame, read straight from the stack.  Others are walked from
- * the programs' DWARF call frame information by libunwind or libgcc,
- * loaded with dlopen at start-up outside any allocation; until then a
- * sample records only its caller's address.  hakmem's own frames (section
+ * the programs' DWARF call frame information by libgcc's unwinder, loaded
+ * with dlopen at start-up outside any allocation; until then a sample
+ * records only its caller's address.  hakmem's own frames (section
  * hakmem_alloc_text) are dropped from the top of each stack.
  *
  * Output: the gperftools heap-profile text format (heap_v2, read by
  * google-pprof) and a folded-stack text (PATH.folded) for flame graphs,
  * written at exit, by hak_profile_dump() and on HAKMEM_PROFILE_SIGNAL (the
  * handler only sets a flag; the next sampled allocation, or the exit,
- * writes PATH.N). */
+ * writes PATH.N).  Files are opened by the platform layer: never through a
+ * symbolic link, only regular files, never a cancellation point. */
 #include "hakmem_internal.h"
 #include "hakmem_options.h"
 #include "box/chunk_map_box.h"
@@ -52,7 +53,6 @@
 #include "box/block_link_box.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -234,8 +234,7 @@ static void drop_sample(void) {
     atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
     if (!atomic_exchange_explicit(&warned_full, true, memory_order_relaxed)) {
         static const char msg[] = "hakmem: heap profile tables full; further samples are dropped\n";
-        ssize_t w = write(2, msg, sizeof msg - 1);
-        (void)w;
+        hak_os_file_write(2, msg, sizeof msg - 1);
     }
 }
 
@@ -351,43 +350,18 @@ static void record(prof_tab_t *t, const void *p, size_t size, prof_ent_t *site) 
 }
 
 /* ---- the stack walk -----------------------------------------------------------
- * For the samples the stack cache (below) cannot place.  Two unwinders,
- * both read from the programs' DWARF call frame information (no frame
- * pointers needed), both loaded with dlopen at start-up (callgrind figures,
- * a stack of about 9 frames):
- *   libunwind (libunwind.so.8): unw_backtrace caches, per thread, what it
- *     learns of each return address: about 80 instructions a frame, but
- *     the cache costs a new thread about 90,000 instructions and 384 KiB
- *     the first time; stepping with unw_step costs about 500 a frame and
- *     nothing per thread.  So a thread steps for its first FAST_AFTER
- *     walks and uses unw_backtrace from then on: threads that come and go
- *     never pay for a cache they would hardly use;
- *   libgcc's _Unwind_Backtrace (libgcc_s.so.1, present wherever glibc is):
- *     reads the tables again each time, about 2000 instructions a frame.
- * HAKMEM_PROFILE_UNWINDER picks; libunwind falls back to libgcc when
- * libunwind.so.8 cannot be loaded. */
+ * For the samples the stack cache (below) cannot place: libgcc's
+ * _Unwind_Backtrace (libgcc_s.so.1, present wherever glibc is), which reads
+ * the programs' DWARF call frame information (no frame pointers needed),
+ * about 2000 instructions a frame, loaded with dlopen at start-up.
+ * libunwind is not used, whatever HAKMEM_PROFILE_UNWINDER says: it checks
+ * the addresses it reads by writing them to a pipe it keeps open (libunwind
+ * 1.6), and once a program has closed that pipe's descriptors and opened
+ * its own there, it reads from and writes to the program's files. */
 typedef _Unwind_Reason_Code (*uw_backtrace_fn)(_Unwind_Trace_Fn, void *);
 typedef _Unwind_Ptr (*uw_get_ip_fn)(struct _Unwind_Context *);
 static uw_backtrace_fn uw_backtrace;
 static uw_get_ip_fn uw_get_ip;
-
-/* libunwind, through its exported names (no libunwind.h needed: its
- * context and cursor are opaque buffers, larger than x86-64's 968 and
- * 1016 bytes). */
-#define FAST_AFTER 64
-#define HIGH_FD_FLOOR 512              /* where libunwind's pipe goes */
-#define UNW_IP_REG 16                  /* UNW_X86_64_RIP */
-typedef struct { _Alignas(16) char b[1024]; } unw_ctx_buf_t;
-typedef struct { _Alignas(16) char b[1280]; } unw_cursor_buf_t;
-static struct {
-    int (*backtrace)(void **, int);
-    int (*getcontext)(unw_ctx_buf_t *);
-    int (*init_local)(unw_cursor_buf_t *, unw_ctx_buf_t *);
-    int (*step)(unw_cursor_buf_t *);
-    int (*get_reg)(unw_cursor_buf_t *, int, uint64_t *);
-} unw;
-static bool unw_ready;
-static __thread unsigned tls_samples;  /* stacks this thread has taken */
 
 extern const char __start_hakmem_alloc_text[] HAK_INTERNAL;
 extern const char __stop_hakmem_alloc_text[] HAK_INTERNAL;
@@ -412,27 +386,6 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
  * stands in for it until the unwinder is loaded.  Inlined into the
  * sampling functions: each frame of hakmem's costs a step of the walk. */
 static inline __attribute__((always_inline)) int walk_stack(uintptr_t *pc, void *caller) {
-    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
-        int n = 0;
-        if (tls_samples++ >= FAST_AFTER) {
-            void *raw[PROF_MAX_FRAMES + 8];
-            int got = unw.backtrace(raw, PROF_MAX_FRAMES + 8), first = 0;
-            while (first < got && in_alloc_path((uintptr_t)raw[first])) first++;
-            while (first < got && n < PROF_MAX_FRAMES) pc[n++] = (uintptr_t)raw[first++];
-        } else {
-            unw_ctx_buf_t ctx;
-            unw_cursor_buf_t cur;
-            uint64_t ip;
-            if (unw.getcontext(&ctx) == 0 && unw.init_local(&cur, &ctx) == 0) {
-                do {
-                    if (unw.get_reg(&cur, UNW_IP_REG, &ip) != 0 || ip == 0) break;
-                    if (n == 0 && in_alloc_path((uintptr_t)ip)) continue;   /* hakmem's own */
-                    pc[n++] = (uintptr_t)ip;
-                } while (n < PROF_MAX_FRAMES && unw.step(&cur) > 0);
-            }
-        }
-        if (n > 0) return n;
-    }
     uw_backtrace_fn bt = __atomic_load_n(&uw_backtrace, __ATOMIC_ACQUIRE);
     if (bt != NULL) {
         walk_t w = { pc, 0, true };
@@ -444,7 +397,7 @@ static inline __attribute__((always_inline)) int walk_stack(uintptr_t *pc, void 
 }
 
 /* fork() waits for the stack walks under way: the unwinders' own locks
- * (libunwind's caches, libgcc's list of objects) are not reset in a child,
+ * (libgcc's list of objects) are not reset in a child,
  * which would hang at its first sample had the parent forked in the middle
  * of a walk.  Each heap's state says whether its thread is walking; a fork
  * raises `forking`, then waits for every flag to drop, and meanwhile a
@@ -467,11 +420,7 @@ static inline __attribute__((always_inline)) int take_stack(struct hak_prof *pl,
 
 
 /* ---- the stack cache ------------------------------------------------------------------
- * A walk costs about 80 instructions a frame even with libunwind's
- * per-thread cache, and that cache costs each new thread about 90,000
- * instructions, 384 KiB and their page faults; stepping without it takes a
- * lock and two system calls a frame (libgcc: about 2000 instructions).
- * But a program samples the same stacks again and again, and where every
+ * A walk costs about 2000 instructions a frame.  But a program samples the same stacks again and again, and where every
  * frame has a fixed size a stack is told from any other by the return
  * addresses at fixed distances above the sampling function's frame.  So each stack walked is learned as a
  * path in a trie: the root stands for the sampling function, each node
@@ -479,8 +428,7 @@ static inline __attribute__((always_inline)) int take_stack(struct hak_prof *pl,
  * from `base`, a local of the sampling function), each edge is that
  * return address.  A sample follows its path with one load a frame and,
  * at the node where a learned stack ends, has that stack without a walk.
- * Learning walks step (libunwind) or trace (libgcc), which tell each
- * frame's CFA: the return address of frame i + 1 lies at CFA(i) - 8, and
+ * Learning walks trace, which tells each frame's CFA: the return address of frame i + 1 lies at CFA(i) - 8, and
  * is checked there before it is learned.
  *
  * What is not learned, and walked as before: a frame that may change size
@@ -588,8 +536,6 @@ static inline int trie_look(prof_node_t *root, uintptr_t base, prof_node_t **at)
 #define LEARN_FRAMES (PROF_MAX_FRAMES + 8)
 typedef struct { uintptr_t ip[LEARN_FRAMES], cfa[LEARN_FRAMES], bp[LEARN_FRAMES]; int n; } learn_t;
 
-#define UNW_SP_REG 7                   /* UNW_X86_64_RSP */
-#define UNW_BP_REG 6                   /* UNW_X86_64_RBP */
 #define DWARF_BP 6                     /* rbp's DWARF number */
 typedef _Unwind_Word (*uw_get_gr_fn)(struct _Unwind_Context *, int);
 typedef _Unwind_Word (*uw_get_cfa_fn)(struct _Unwind_Context *);
@@ -612,22 +558,6 @@ static _Unwind_Reason_Code learn_frame(struct _Unwind_Context *ctx, void *arg) {
 /* The walk of a stack to learn, frame by frame with each CFA. */
 static HAK_NOINLINE void learn_walk(learn_t *w) {
     w->n = 0;
-    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) {
-        unw_ctx_buf_t ctx;
-        unw_cursor_buf_t cur;
-        uint64_t ip, sp, bp;
-        if (unw.getcontext(&ctx) != 0 || unw.init_local(&cur, &ctx) != 0) return;
-        do {
-            if (unw.get_reg(&cur, UNW_IP_REG, &ip) != 0 || ip == 0 ||
-                unw.get_reg(&cur, UNW_SP_REG, &sp) != 0 || unw.get_reg(&cur, UNW_BP_REG, &bp) != 0)
-                break;
-            if (w->n > 0) w->cfa[w->n - 1] = sp;      /* the caller's rsp is the callee's CFA */
-            w->ip[w->n] = ip;
-            w->cfa[w->n] = 0;
-            w->bp[w->n] = bp;
-        } while (++w->n < LEARN_FRAMES && unw.step(&cur) > 0);
-        return;
-    }
     uw_backtrace_fn bt = __atomic_load_n(&uw_backtrace, __ATOMIC_ACQUIRE);
     if (bt != NULL && uw_get_cfa != NULL && uw_get_gr != NULL) bt(learn_frame, w);
 }
@@ -1168,13 +1098,7 @@ static void sort_records(snap_rec_t *a, size_t n) {
 typedef struct { int fd; size_t n; bool failed; char buf[16384]; } out_t;
 
 static void out_flush(out_t *o) {
-    size_t off = 0;
-    while (off < o->n && !o->failed) {
-        ssize_t w = write(o->fd, o->buf + off, o->n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) o->failed = true;
-        else off += (size_t)w;
-    }
+    if (o->n != 0 && !o->failed && !hak_os_file_write(o->fd, o->buf, o->n)) o->failed = true;
     o->n = 0;
 }
 
@@ -1321,10 +1245,14 @@ static bool expand_path(const char *tmpl, const char *suffix, char *out, size_t 
     return true;
 }
 
-static out_t *out_open(const char *path) {
+/* NULL with the reason in *err. */
+static out_t *out_open(const char *path, int *err) {
     out_t *o = map_zeroed(sizeof(out_t));
-    if (o == NULL) return NULL;
-    o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o == NULL) {
+        *err = ENOMEM;
+        return NULL;
+    }
+    o->fd = hak_os_file_create(path, err);
     if (o->fd < 0) {
         hak_os_unmap_unused(o, sizeof *o);
         return NULL;
@@ -1335,53 +1263,66 @@ static out_t *out_open(const char *path) {
 static bool out_close(out_t *o) {
     out_flush(o);
     bool ok = !o->failed;
-    if (close(o->fd) != 0) ok = false;
+    if (!hak_os_file_close(o->fd)) ok = false;
     hak_os_unmap_unused(o, sizeof *o);
     return ok;
 }
 
 static hak_lock_t dump_lock;          /* one dump at a time */
 
-/* The profile and PATH.folded.  0, or -1 with errno. */
-static int dump_to(const char *tmpl, const char *suffix) {
+/* "hakmem: cannot write the heap profile FILE: ERRNO-NAME" on stderr. */
+static void say_cannot_write(const char *file, int err) {
+    char line[1200];
+    const char *why = strerrorname_np(err);     /* strerror may allocate */
+    snprintf(line, sizeof line, "hakmem: cannot write the heap profile %s: %s%s\n", file,
+             why != NULL ? why : "error", err == ENXIO ? " (not a regular file)" : "");
+    hak_os_file_write(2, line, strlen(line));
+}
+
+/* The profile and PATH.folded (dump_lock held).  0, or -1 with errno; with
+ * `say`, a failure is also told on stderr, naming the file that failed.
+ * Every call it makes returns promptly and none is a cancellation point:
+ * dump_lock never stays held. */
+static int dump_to(const char *tmpl, const char *suffix, bool say) {
     char path[1100], folded[1120];
     if (!expand_path(tmpl, suffix, path, sizeof path) ||
         snprintf(folded, sizeof folded, "%s.folded", path) >= (int)sizeof folded) {
+        if (say) say_cannot_write(tmpl, ENAMETOOLONG);
         errno = ENAMETOOLONG;
         return -1;
     }
     snapshot_t sn;
     if (!snapshot_take(&sn)) {
+        if (say) say_cannot_write(path, ENOMEM);
         errno = ENOMEM;
         return -1;
     }
     sort_records(sn.rec, sn.nrec);
-    int rc = -1, err = 0;
-    out_t *o = out_open(path);
+    int err = 0;
+    const char *failed = path;
+    out_t *o = out_open(path, &err);
     if (o != NULL) {
         write_heap_profile(o, &sn);
-        if (out_close(o)) rc = 0;
-        else err = EIO;
-    } else {
-        err = errno;
+        if (!out_close(o)) err = EIO;
     }
-    if (rc == 0) {
+    if (err == 0) {
         /* the sites reuse the record snapshot's tail: at most one per record */
         size_t len = (sn.nrec + 1) * sizeof(site_t);
         site_t *site = map_zeroed((len + 4095) & ~(size_t)4095);
-        out_t *f = site != NULL ? out_open(folded) : NULL;
+        failed = folded;
+        out_t *f = site != NULL ? out_open(folded, &err) : NULL;
+        if (site == NULL) err = ENOMEM;
         if (f != NULL) {
             write_folded(f, site, sites_of(&sn, site));
-            if (!out_close(f)) rc = -1, err = EIO;
-        } else {
-            rc = -1;
-            err = site == NULL ? ENOMEM : errno;
+            if (!out_close(f)) err = EIO;
         }
         if (site != NULL) hak_os_unmap_unused(site, (len + 4095) & ~(size_t)4095);
     }
     snapshot_free(&sn);
-    if (rc != 0) errno = err;
-    return rc;
+    if (err == 0) return 0;
+    if (say) say_cannot_write(failed, err);
+    errno = err;
+    return -1;
 }
 
 int hak_profile_dump(const char *path) {
@@ -1395,7 +1336,7 @@ int hak_profile_dump(const char *path) {
         return -1;
     }
     hak_lock(&dump_lock);
-    int rc = dump_to(path, "");
+    int rc = dump_to(path, "", false);
     int err = errno;
     hak_unlock(&dump_lock);
     errno = err;
@@ -1410,16 +1351,16 @@ static void on_signal(int sig) {
     atomic_store_explicit(&dump_requested, 1, memory_order_relaxed);
 }
 
-/* At a sampled allocation after the signal: PATH.N.  Never waits for
- * another dump (that thread may hold the loader's lock we would need). */
 /* The next numbered profile, PATH.N (dump_lock held). */
 static void dump_numbered(void) {
     char suffix[24];
     snprintf(suffix, sizeof suffix, ".%u",
              atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
-    dump_to(hak_opt.profile, suffix);
+    dump_to(hak_opt.profile, suffix, true);
 }
 
+/* At a sampled allocation after the signal: PATH.N.  Never waits for
+ * another dump (that thread may hold the loader's lock we would need). */
 static void dump_on_signal(void) {
     if (!atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed)) return;
     if (hak_opt.profile[0] == '\0' || !hak_trylock(&dump_lock)) return;
@@ -1479,37 +1420,41 @@ void hak_profile_init(void) {
     start_pid = getpid();
 }
 
+static void say(const char *line) { hak_os_file_write(2, line, strlen(line)); }
+
+/* HAKMEM_PROFILE_SIGNAL: caught, also without HAKMEM_PROFILE (then it has
+ * no file to write, and says so): a signal sent for a dump never kills the
+ * program. */
+static void catch_dump_signal(void) {
+    int sig = hak_opt.profile_signal;
+    if (sig == 0) return;
+    char line[160];
+    if (!hak_os_catch_signal(sig, on_signal)) {
+        snprintf(line, sizeof line, "hakmem: HAKMEM_PROFILE_SIGNAL=%d cannot be caught; ignored\n", sig);
+        say(line);
+    } else if (hak_opt.profile[0] == '\0') {
+        snprintf(line, sizeof line,
+                 "hakmem: HAKMEM_PROFILE_SIGNAL=%d without HAKMEM_PROFILE writes nothing; the "
+                 "signal is caught and ignored\n", sig);
+        say(line);
+    }
+}
+
 /* Loading the unwinder allocates: here, from a constructor, never inside
  * malloc.  Samples before it record one frame. */
 __attribute__((constructor)) static void profile_start(void) {
     hak_ensure_init();
+    catch_dump_signal();
     if (!hak_profile_on) return;
-    void *lib = hak_opt.profile_unwinder == HAK_UNWIND_LIBUNWIND
-                    ? hak_os_library("libunwind.so.8") : NULL;
+    void *lib = hak_os_library("libgcc_s.so.1");
     if (lib != NULL) {
-        *(void **)&unw.backtrace = hak_os_library_symbol(lib, "unw_backtrace");
-        *(void **)&unw.getcontext = hak_os_library_symbol(lib, "_Ux86_64_getcontext");
-        *(void **)&unw.init_local = hak_os_library_symbol(lib, "_ULx86_64_init_local");
-        *(void **)&unw.step = hak_os_library_symbol(lib, "_ULx86_64_step");
-        *(void **)&unw.get_reg = hak_os_library_symbol(lib, "_ULx86_64_get_reg");
-    }
-    if (unw.backtrace && unw.getcontext && unw.init_local && unw.step && unw.get_reg) {
-        __atomic_store_n(&unw_ready, true, __ATOMIC_RELEASE);
-    } else if ((lib = hak_os_library("libgcc_s.so.1")) != NULL) {
         uw_get_ip = (uw_get_ip_fn)hak_os_library_symbol(lib, "_Unwind_GetIP");
         uw_get_gr = (uw_get_gr_fn)hak_os_library_symbol(lib, "_Unwind_GetGR");
         uw_get_cfa = (uw_get_cfa_fn)hak_os_library_symbol(lib, "_Unwind_GetCFA");
         uw_backtrace_fn bt = (uw_backtrace_fn)hak_os_library_symbol(lib, "_Unwind_Backtrace");
         if (uw_get_ip != NULL && bt != NULL) __atomic_store_n(&uw_backtrace, bt, __ATOMIC_RELEASE);
     }
-    /* libunwind opens a pipe on its first use (it checks the addresses it
-     * reads by writing them to it) and keeps it open: while it does, the
-     * low descriptors are taken, so the pipe lands above the ones programs
-     * use and count on (the first open() of the program still gets 3). */
-    int filler[HIGH_FD_FLOOR];
-    int nfill = 0;
-    if (__atomic_load_n(&unw_ready, __ATOMIC_ACQUIRE)) nfill = hak_os_take_low_fds(filler, HIGH_FD_FLOOR);
-    /* An unwinder's first use may allocate: a walk now, through this
+    /* The unwinder's first use may allocate: a walk now, through this
      * thread's heap, whose countdown stops meanwhile. */
     hak_heap_t *h = hak_heap_for_thread();
     if (h != NULL) {
@@ -1520,50 +1465,46 @@ __attribute__((constructor)) static void profile_start(void) {
         if (h->prof != NULL) take_stack(h->prof, pc, NULL);
         h->sample_left = left;
     }
-    hak_os_close_fds(filler, nfill);
-    int sig = hak_opt.profile_signal;
-    if (sig != 0 && hak_opt.profile[0] != '\0') {
-        if (!hak_os_catch_signal(sig, on_signal)) {
-            char line[96];
-            snprintf(line, sizeof line, "hakmem: HAKMEM_PROFILE_SIGNAL=%d cannot be caught; ignored\n",
-                     sig);
-            ssize_t w = write(2, line, strlen(line));
-            (void)w;
-        }
-    }
 }
+
+/* How long the exit waits for a dump under way in another thread. */
+#define EXIT_WAIT_MS 5000
 
 __attribute__((destructor)) static void profile_at_exit(void) {
     if (!hak_profile_on) return;
     hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h != NULL ? h->sample_left : 0;
     if (h != NULL) h->sample_left = INT64_MAX;
-    hak_lock(&dump_lock);
-    /* A signal after the last sampled allocation still gets its PATH.N. */
-    if (atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed) &&
-        hak_opt.profile[0] != '\0')
-        dump_numbered();
-    if (hak_opt.profile[0] != '\0' && dump_to(hak_opt.profile, "") != 0) {
-        char line[160];
-        const char *why = strerrorname_np(errno);    /* strerror may allocate */
-        snprintf(line, sizeof line, "hakmem: cannot write the heap profile %.100s: %s\n",
-                 hak_opt.profile, why != NULL ? why : "error");
-        ssize_t w = write(2, line, strlen(line));
-        (void)w;
-    }
-    if (hak_opt.profile_leaks && hak_stderr_unchanged()) {
-        snapshot_t sn;
-        out_t *o = map_zeroed(sizeof(out_t));
-        if (o != NULL && snapshot_take(&sn)) {
-            o->fd = 2;
-            sort_records(sn.rec, sn.nrec);
-            write_leaks(o, &sn);
-            out_flush(o);
-            snapshot_free(&sn);
+    /* Bounded: a dump cannot keep the lock for ever, but the exit must not
+     * hang should one ever do so (a thread stopped in the middle of it). */
+    uint32_t t0 = hak_now_ms();
+    bool locked;
+    while (!(locked = hak_trylock(&dump_lock)) && hak_now_ms() - t0 < EXIT_WAIT_MS) sched_yield();
+    if (!locked) {
+        char line[120];
+        snprintf(line, sizeof line, "hakmem: a heap profile dump still under way after %d ms; "
+                 "the profile at exit is skipped\n", EXIT_WAIT_MS);
+        say(line);
+    } else {
+        /* A signal after the last sampled allocation still gets its PATH.N. */
+        if (atomic_exchange_explicit(&dump_requested, 0, memory_order_relaxed) &&
+            hak_opt.profile[0] != '\0')
+            dump_numbered();
+        if (hak_opt.profile[0] != '\0') dump_to(hak_opt.profile, "", true);
+        if (hak_opt.profile_leaks && hak_stderr_unchanged()) {
+            snapshot_t sn;
+            out_t *o = map_zeroed(sizeof(out_t));
+            if (o != NULL && snapshot_take(&sn)) {
+                o->fd = 2;
+                sort_records(sn.rec, sn.nrec);
+                write_leaks(o, &sn);
+                out_flush(o);
+                snapshot_free(&sn);
+            }
+            if (o != NULL) hak_os_unmap_unused(o, sizeof *o);
         }
-        if (o != NULL) hak_os_unmap_unused(o, sizeof *o);
+        hak_unlock(&dump_lock);
     }
-    hak_unlock(&dump_lock);
     if (h != NULL) h->sample_left = left;
 }
 

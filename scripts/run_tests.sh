@@ -177,7 +177,8 @@ TOTAL_FAIL=0
 #                  allocation and would take hours): the tiers, remote frees
 #   PROFILE_LEAKS=1           sampling without a profile file, the leak report
 #                  at every exit: threads that exit with blocks out, fork
-#   PROFILE_UNWINDER=libgcc   the other stack walker: threads (its caches)
+#   PROFILE_UNWINDER=libgcc   parsed, changes nothing (both values walk
+#                  with libgcc since libunwind was dropped): the unit tests
 #   PROFILE_SIGNAL=12         the handler installed; test_profile sends it:
 #                  the unit tests
 #   hardened, PROFILE         sampled blocks under the hardened free check
@@ -206,7 +207,7 @@ hardened   STRESS_SCALE=8                   tiers remote_free mt_stress thread_e
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free
 default    HAKMEM_PROFILE_LEAKS=1           thread_exit fork
-default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_UNWINDER=libgcc   remote_free thread_churn
+default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_UNWINDER=libgcc   -
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_SIGNAL=12   -
 hardened   HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:realloc_grow
 hardened   HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free fork

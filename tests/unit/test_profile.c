@@ -26,6 +26,22 @@
  *   signal      HAKMEM_PROFILE_SIGNAL: the next sampled allocation writes
  *               a numbered profile, and so does the exit of a process that
  *               allocates nothing after the signal
+ *   files       profiles are created 0600; a symbolic link at PATH or at
+ *               PATH.folded, a FIFO, a directory at PATH.folded are refused
+ *               (at once, with a line on stderr naming that file)
+ *   descriptors the profiler reads, writes and holds no descriptor of the
+ *               program's: a program that closes every descriptor and puts
+ *               its own pipe and file at the low numbers (or where the
+ *               profiler once kept a pipe) finds them untouched, even with
+ *               HAKMEM_PROFILE_UNWINDER=libunwind; its first open() is 3
+ *               also under a small RLIMIT_NOFILE
+ *   cancel      a signal's dump inside malloc is no cancellation point: a
+ *               thread cancelled while it allocates after the signal (the
+ *               dump's file a FIFO with no reader) leaves later dumps and
+ *               the exit working; a pending cancel is not acted on inside
+ *               malloc
+ *   signal alone  HAKMEM_PROFILE_SIGNAL without HAKMEM_PROFILE: one line on
+ *               stderr, and the signal does not kill the program
  *
  * Call sites are told apart by address: each site function sits in a
  * section of its own, whose bounds the linker provides. */
@@ -37,6 +53,7 @@
 #include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1059,6 +1076,390 @@ static void test_fork_during_walks(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* ---- children with settings of their own -------------------------------------------- */
+/* Runs this program again (HAK_PROFILE_CHILD=mode) with `env` set ("NAME=VALUE";
+ * "NAME" alone unsets), its stderr in <dir>/<mode>.err, descriptors above 2
+ * closed, the soft RLIMIT_NOFILE at `nofile` (0: as it is).  Its wait
+ * status, or -1 if it ran past `secs` seconds (killed then). */
+static int run_child(const char *mode, const char *const *env, rlim_t nofile, int secs)
+{
+    char err[320], name[64];
+    snprintf(name, sizeof name, "%s.err", mode);
+    path_in_dir(err, sizeof err, name);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -2;
+    if (pid == 0) {
+        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        close_range(3, ~0U, 0);
+        setenv("HAK_PROFILE_CHILD", mode, 1);
+        setenv("HAKMEM_PROFILE_LEAKS", "0", 1);
+        for (; env != NULL && *env != NULL; env++) {
+            char var[400];
+            snprintf(var, sizeof var, "%s", *env);
+            char *eq = strchr(var, '=');
+            if (eq == NULL) {
+                unsetenv(var);
+            } else {
+                *eq = '\0';
+                setenv(var, eq + 1, 1);
+            }
+        }
+        if (nofile != 0) {
+            struct rlimit rl;
+            getrlimit(RLIMIT_NOFILE, &rl);
+            rl.rlim_cur = nofile;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        execl("/proc/self/exe", "test_profile", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    for (int ms = 0; waitpid(pid, &st, WNOHANG) == 0; ms += 10) {
+        if (ms >= secs * 1000) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    return st;
+}
+
+/* The child's stderr. */
+static char *child_err(const char *mode)
+{
+    char err[320], name[64];
+    snprintf(name, sizeof name, "%s.err", mode);
+    path_in_dir(err, sizeof err, name);
+    char *text = read_file(err);
+    return text != NULL ? text : strdup("");
+}
+
+static void expect_exit0(const char *mode, int st)
+{
+    if (st == -1) fail_msg("%s: the child still runs after its time; stderr:\n%s", mode, child_err(mode));
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("%s: the child %s %d; stderr:\n%s", mode, WIFEXITED(st) ? "exited with" : "died of signal",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), child_err(mode));
+}
+
+/* The number of lines of text that hold `what`. */
+static int lines_with(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *l = text; l != NULL && *l != '\0';) {
+        const char *end = strchr(l, '\n');
+        size_t len = end != NULL ? (size_t)(end - l) : strlen(l);
+        char line[1400];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+        if (strstr(line, what) != NULL) n++;
+        l = end != NULL ? end + 1 : NULL;
+    }
+    return n;
+}
+
+/* HAK_PROFILE_CHILD=exit: a few allocations (HAK_PROFILE_RAISE: after the
+ * signal), then exit. */
+static int exit_child(void)
+{
+    if (getenv("HAK_PROFILE_RAISE") != NULL) raise(SIGUSR2);
+    void *p[64];
+    for (int i = 0; i < 64; i++) p[i] = HAK_STD(malloc)(64 * KiB);
+    free_all(p, 64);
+    return 0;
+}
+
+/* ---- files -------------------------------------------------------------------------- */
+static mode_t mode_of(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 ? sb.st_mode : 0;
+}
+
+static void test_profile_files(void **state)
+{
+    (void)state;
+    char path[320], folded[340], target[320], text[400];
+    mode_t old = umask(022);
+    path_in_dir(path, sizeof path, "mode.heap");
+    assert_int_equal(hak_profile_dump(path), 0);
+    snprintf(folded, sizeof folded, "%s.folded", path);
+    if ((mode_of(path) & 0777) != 0600 || (mode_of(folded) & 0777) != 0600)
+        fail_msg("profile files made with modes %o and %o, not 600", mode_of(path) & 0777,
+                 mode_of(folded) & 0777);
+    umask(old);
+
+    /* a symbolic link at PATH, then at PATH.folded: nothing written through it */
+    path_in_dir(path, sizeof path, "link.heap");
+    path_in_dir(target, sizeof target, "link-target");
+    assert_int_equal(symlink(target, path), 0);
+    errno = 0;
+    int rc = hak_profile_dump(path);
+    if (rc != -1 || errno != ELOOP) fail_msg("dump to a symbolic link: %d (%s)", rc, strerror(errno));
+    if (access(target, F_OK) == 0) fail_msg("%s written through the symbolic link %s", target, path);
+    path_in_dir(path, sizeof path, "flink.heap");
+    snprintf(folded, sizeof folded, "%s.folded", path);
+    path_in_dir(target, sizeof target, "flink-target");
+    assert_int_equal(symlink(target, folded), 0);
+    errno = 0;
+    rc = hak_profile_dump(path);
+    if (rc != -1 || errno != ELOOP) fail_msg("dump with PATH.folded a symbolic link: %d (%s)", rc, strerror(errno));
+    if (access(target, F_OK) == 0) fail_msg("%s written through the symbolic link %s", target, folded);
+
+    /* a FIFO with no reader: refused at once (in a child, in case it
+     * blocks; %p, or the child would write PATH.<pid>) */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char name[64];
+        snprintf(name, sizeof name, "fifo.%d", (int)getpid());
+        path_in_dir(path, sizeof path, name);
+        if (mkfifo(path, 0600) != 0) _exit(2);
+        path_in_dir(path, sizeof path, "fifo.%p");
+        alarm(10);
+        _exit(hak_profile_dump(path) == -1 && errno == ENXIO ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("dump to a FIFO with no reader: %s", WIFSIGNALED(st) ? "blocked" : "not refused");
+
+    /* the exit's profile at a symbolic link: one line naming it */
+    path_in_dir(path, sizeof path, "exit-link");
+    path_in_dir(target, sizeof target, "exit-target");
+    assert_int_equal(symlink(target, path), 0);
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *env1[] = { text, NULL };
+    expect_exit0("exit", run_child("exit", env1, 0, 60));
+    char *err = child_err("exit");
+    char want[400];
+    snprintf(want, sizeof want, "cannot write the heap profile %s: ELOOP", path);
+    if (lines_with(err, want) != 1) fail_msg("no line \"%s\" on stderr:\n%s", want, err);
+    free(err);
+    if (access(target, F_OK) == 0) fail_msg("%s written through the symbolic link %s", target, path);
+
+    /* PATH.folded a directory: the line names PATH.folded */
+    path_in_dir(path, sizeof path, "exit-dir");
+    snprintf(folded, sizeof folded, "%s.folded", path);
+    assert_int_equal(mkdir(folded, 0700), 0);
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *env2[] = { text, NULL };
+    expect_exit0("exit", run_child("exit", env2, 0, 60));
+    err = child_err("exit");
+    snprintf(want, sizeof want, "cannot write the heap profile %s: EISDIR", folded);
+    if (lines_with(err, want) != 1) fail_msg("no line \"%s\" on stderr:\n%s", want, err);
+    free(err);
+    rmdir(folded);
+}
+
+/* ---- descriptors -------------------------------------------------------------------- */
+__attribute__((noinline)) static void *fd_rec(int d)
+{
+    void *p = d == 0 ? HAK_STD(malloc)(70 * KiB) : fd_rec(d - 1);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    return p;
+}
+
+/* New stacks in new threads (each walked: the unwinder's first use there). */
+static void *fd_worker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 600; i++) HAK_STD(free)(fd_rec(i % 16));
+    return NULL;
+}
+
+/* HAK_PROFILE_CHILD=fds (HAK_PROFILE_FDS_AT: where its pipe goes): the
+ * first open() gets 3; then the program closes every descriptor, puts a
+ * pipe holding "hello" and a file of its own at 3, 4, 5 (or the pipe at
+ * 513/514, where the profiler's libunwind kept its own), samples in new
+ * threads, and finds both as it left them. */
+static int fds_child(void)
+{
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd != 3) {
+        fprintf(stderr, "the first open() got %d, not 3\n", fd);
+        return 1;
+    }
+    close_range(3, ~0U, 0);
+    int p[2];
+    if (pipe2(p, O_NONBLOCK) != 0 || p[0] != 3 || p[1] != 4) return 2;
+    const char *at = getenv("HAK_PROFILE_FDS_AT");
+    if (at != NULL) {
+        int base = atoi(at);
+        if (dup2(p[0], base) != base || dup2(p[1], base + 1) != base + 1) return 3;
+        close(p[0]);
+        close(p[1]);
+        p[0] = base;
+        p[1] = base + 1;
+    }
+    char name[340];
+    path_in_dir(name, sizeof name, "fds-file");
+    int f = open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (f < 0 || write(f, "0123456789", 10) != 10 || lseek(f, 2, SEEK_SET) != 2) return 4;
+    if (write(p[1], "hello", 5) != 5) return 5;
+    for (int k = 0; k < 4; k++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, fd_worker, NULL) != 0) return 6;
+        pthread_join(t, NULL);
+    }
+    fd_worker(NULL);
+    char buf[64];
+    ssize_t n = read(p[0], buf, sizeof buf);
+    int bad = 0;
+    if (n != 5 || memcmp(buf, "hello", 5) != 0) {
+        fprintf(stderr, "the program's pipe (%d, %d) gave back %zd bytes, not \"hello\"\n", p[0], p[1], n);
+        bad = 1;
+    }
+    if (lseek(f, 0, SEEK_CUR) != 2 || pread(f, buf, sizeof buf, 0) != 10 || memcmp(buf, "0123456789", 10) != 0) {
+        fprintf(stderr, "the program's file (%d) was read or written\n", f);
+        bad = 1;
+    }
+    return bad ? 7 : 0;
+}
+
+static void test_profile_descriptors(void **state)
+{
+    (void)state;
+    const char *env[] = { "HAKMEM_PROFILE_RATE=4096", "HAKMEM_PROFILE_UNWINDER=libunwind", NULL, NULL };
+    expect_exit0("fds", run_child("fds", env, 64, 60));
+    env[2] = "HAK_PROFILE_FDS_AT=513";
+    expect_exit0("fds", run_child("fds", env, 0, 60));
+    env[1] = "HAKMEM_PROFILE_UNWINDER";           /* the default */
+    env[2] = NULL;
+    expect_exit0("fds", run_child("fds", env, 64, 60));
+}
+
+/* ---- cancellation ------------------------------------------------------------------- */
+static atomic_int cancel_step;
+
+/* Asks for a dump (the signal, on this thread) and allocates until cancelled. */
+static void *cancel_victim(void *arg)
+{
+    (void)arg;
+    raise(SIGUSR2);
+    atomic_store(&cancel_step, 1);
+    for (;;) {
+        void *p = HAK_STD(malloc)(64 * KiB);
+        *(volatile char *)p = 1;
+        HAK_STD(free)(p);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+/* HAK_PROFILE_CHILD=cancel: PATH.1 is a FIFO with no reader.  A thread
+ * asks for a dump and allocates, and is cancelled; then PATH.2 is written
+ * on the signal, and the process exits. */
+static int cancel_child(void)
+{
+    const char *prof = getenv("HAKMEM_PROFILE");
+    pthread_t t;
+    if (pthread_create(&t, NULL, cancel_victim, NULL) != 0) return 1;
+    while (atomic_load(&cancel_step) == 0) sched_yield();
+    usleep(300 * 1000);
+    pthread_cancel(t);
+    void *ret;
+    pthread_join(t, &ret);
+    if (ret != PTHREAD_CANCELED) return 2;
+    char path[400];
+    snprintf(path, sizeof path, "%s.2", prof);
+    raise(SIGUSR2);
+    void *p[1024];
+    int i = 0;
+    for (; i < 1024 && access(path, F_OK) != 0; i++) p[i] = HAK_STD(malloc)(64 * KiB);
+    free_all(p, (size_t)i);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "no %s after %d allocations of 64 KiB\n", path, i);
+        return 3;
+    }
+    return 0;
+}
+
+static atomic_int pending_step;
+static atomic_bool survived;
+
+/* A cancel is pending (deferred) when this thread asks for a dump and
+ * allocates: malloc returns; the next cancellation point acts on it. */
+static void *pending_victim(void *arg)
+{
+    (void)arg;
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    atomic_store(&pending_step, 1);
+    while (atomic_load(&pending_step) != 2) sched_yield();
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &old);
+    raise(SIGUSR2);
+    for (int i = 0; i < 256; i++) {
+        void *p = HAK_STD(malloc)(64 * KiB);
+        *(volatile char *)p = 1;
+        HAK_STD(free)(p);
+    }
+    atomic_store(&survived, true);
+    pthread_testcancel();
+    return NULL;
+}
+
+/* HAK_PROFILE_CHILD=pending */
+static int pending_child(void)
+{
+    const char *prof = getenv("HAKMEM_PROFILE");
+    pthread_t t;
+    if (pthread_create(&t, NULL, pending_victim, NULL) != 0) return 1;
+    while (atomic_load(&pending_step) != 1) sched_yield();
+    pthread_cancel(t);
+    atomic_store(&pending_step, 2);
+    void *ret;
+    pthread_join(t, &ret);
+    if (!atomic_load(&survived)) {
+        fprintf(stderr, "the thread was cancelled inside malloc\n");
+        return 2;
+    }
+    if (ret != PTHREAD_CANCELED) return 3;
+    char path[400];
+    snprintf(path, sizeof path, "%s.1", prof);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "no %s\n", path);
+        return 4;
+    }
+    return 0;
+}
+
+static void test_profile_cancel(void **state)
+{
+    (void)state;
+    char path[320], fifo[340], text[400];
+    path_in_dir(path, sizeof path, "cancel");
+    snprintf(fifo, sizeof fifo, "%s.1", path);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *env[] = { text, "HAKMEM_PROFILE_SIGNAL=12", "HAKMEM_PROFILE_RATE=4096", NULL };
+    expect_exit0("cancel", run_child("cancel", env, 0, 20));
+    char *err = child_err("cancel");
+    char want[400];
+    snprintf(want, sizeof want, "cannot write the heap profile %s: ", fifo);
+    if (lines_with(err, want) != 1) fail_msg("no line \"%s...\" on stderr:\n%s", want, err);
+    free(err);
+
+    path_in_dir(path, sizeof path, "pending");
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    expect_exit0("pending", run_child("pending", env, 0, 20));
+}
+
+/* ---- HAKMEM_PROFILE_SIGNAL alone ---------------------------------------------------- */
+static void test_signal_without_profile(void **state)
+{
+    (void)state;
+    const char *env[] = { "HAKMEM_PROFILE", "HAKMEM_PROFILE_SIGNAL=12", "HAK_PROFILE_RAISE=1", NULL };
+    expect_exit0("exit", run_child("exit", env, 0, 60));
+    char *err = child_err("exit");
+    if (lines_with(err, "HAKMEM_PROFILE_SIGNAL=12 without HAKMEM_PROFILE") != 1)
+        fail_msg("no line on HAKMEM_PROFILE_SIGNAL without HAKMEM_PROFILE:\n%s", err);
+    free(err);
+}
+
 /* ---- the run ------------------------------------------------------------------------- */
 static void remove_dir(void)
 {
@@ -1069,7 +1470,7 @@ static void remove_dir(void)
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
         snprintf(path, sizeof path, "%s/%s", g_dir, e->d_name);
-        unlink(path);
+        if (unlink(path) != 0) rmdir(path);
     }
     closedir(d);
     rmdir(g_dir);
@@ -1096,6 +1497,14 @@ int main(int argc, char **argv)
     }
     snprintf(g_dir, sizeof g_dir, "%s", dir);
     if (getenv("HAK_PROFILE_LEAK_CHILD") != NULL) return leak_child();
+    const char *child = getenv("HAK_PROFILE_CHILD");
+    if (child != NULL) {
+        int rc = strcmp(child, "fds") == 0      ? fds_child()
+                 : strcmp(child, "cancel") == 0  ? cancel_child()
+                 : strcmp(child, "pending") == 0 ? pending_child()
+                                                 : exit_child();
+        exit(rc);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_pprof),
@@ -1110,6 +1519,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fork_during_walks),
         cmocka_unit_test(test_signal_at_exit),
         cmocka_unit_test(test_signal_dump),
+        cmocka_unit_test(test_profile_files),
+        cmocka_unit_test(test_profile_descriptors),
+        cmocka_unit_test(test_profile_cancel),
+        cmocka_unit_test(test_signal_without_profile),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     remove_dir();
