@@ -10,7 +10,12 @@
 #                             (an hour or more on 2 CPUs)
 #   make sanitize / fuzz      UBSan+TSan unit tests / libFuzzer (FUZZ_SECONDS=60)
 #   make bench / bench-full   benchmarks, hakmem against other allocators
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   libraries, header, pkg-config and
+#                             CMake files, the hakmem launcher
+
+# The one place the version is written: hakmem.pc, the CMake package and
+# `hakmem --version` take it from here.
+VERSION  := 0.1.0
 
 CC       ?= gcc
 PREFIX   ?= /usr/local
@@ -53,10 +58,15 @@ OBJDIR_H   := $(BUILD)/obj-hardened
 CORE_OBJ_H := $(patsubst core/%.c,$(OBJDIR_H)/%.o,$(CORE_SRC))
 
 ifeq ($(HARDENED),1)
-lib: libhakmem_hardened.so
+lib: libhakmem_hardened.so hakmem
 else
-lib: libhakmem.so libhakmem.a libhakmem_hardened.so
+lib: libhakmem.so libhakmem.a libhakmem_hardened.so hakmem
 endif
+
+# The launcher, runnable from the build tree (./hakmem prog) and installed
+# as it is: it finds the libraries beside itself or in ../lib.
+hakmem: hakmem.in Makefile
+	sed -e 's|@VERSION@|$(VERSION)|g' hakmem.in > $@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
 
 # The flags are recorded, so changing DEBUG, L2_RING, L25_RING, CC or
 # EXTRA_CFLAGS rebuilds the objects.
@@ -188,18 +198,34 @@ fuzz:
 	scripts/run_fuzz.sh $(or $(FUZZ_SECONDS),60)
 
 # ---- install ---------------------------------------------------------------
+# Every file install writes, for uninstall (scripts/test_install.sh checks
+# that nothing is left).  The CMake files find the prefix from their own
+# place, and the launcher its libraries and helper, so DESTDIR trees work.
+CMAKEDIR := $(PREFIX)/lib/cmake/hakmem
+HELPERDIR := $(PREFIX)/libexec/hakmem
+INSTALLED := $(PREFIX)/lib/libhakmem.so $(PREFIX)/lib/libhakmem_hardened.so \
+             $(PREFIX)/lib/libhakmem.a $(PREFIX)/include/hakmem.h \
+             $(PREFIX)/lib/pkgconfig/hakmem.pc $(PREFIX)/bin/hakmem \
+             $(HELPERDIR)/heap_flamegraph.py \
+             $(CMAKEDIR)/hakmem-config.cmake $(CMAKEDIR)/hakmem-config-version.cmake
+
 install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	           $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(HELPERDIR) $(DESTDIR)$(CMAKEDIR)
 	install -m 755 libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.so
 	install -m 755 libhakmem_hardened.so $(DESTDIR)$(PREFIX)/lib/libhakmem_hardened.so
 	install -m 644 libhakmem.a $(DESTDIR)$(PREFIX)/lib/libhakmem.a
 	install -m 644 core/hakmem.h $(DESTDIR)$(PREFIX)/include/hakmem.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' hakmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' hakmem.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
+	install -m 755 hakmem $(DESTDIR)$(PREFIX)/bin/hakmem
+	install -m 755 scripts/heap_flamegraph.py $(DESTDIR)$(HELPERDIR)/heap_flamegraph.py
+	install -m 644 cmake/hakmem-config.cmake $(DESTDIR)$(CMAKEDIR)/hakmem-config.cmake
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/hakmem-config-version.cmake.in > $(DESTDIR)$(CMAKEDIR)/hakmem-config-version.cmake
 
+# The directories only hakmem uses go too, when empty; the shared ones stay.
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/libhakmem.so $(DESTDIR)$(PREFIX)/lib/libhakmem.a \
-	      $(DESTDIR)$(PREFIX)/lib/libhakmem_hardened.so \
-	      $(DESTDIR)$(PREFIX)/include/hakmem.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/hakmem.pc
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(HELPERDIR) 2>/dev/null
 
 clean:
-	rm -rf $(BUILD) libhakmem.so libhakmem.a libhakmem_hardened.so
+	rm -rf $(BUILD) libhakmem.so libhakmem.a libhakmem_hardened.so hakmem hakmem.tmp

@@ -21,7 +21,9 @@
 # ("[  PASSED  ] N test(s)." / "[  FAILED  ] N test(s)"); every app of
 # scripts/run_apps.sh ./libhakmem.so ./libhakmem_hardened.so counts as one
 # test per library, and so does every misuse case of
-# scripts/run_hardened_tests.sh.
+# scripts/run_hardened_tests.sh and every check of scripts/test_install.sh
+# (make install in a staged tree: the launcher, the CMake package, make
+# uninstall; not in --quick).
 #
 # TEST_JOBS jobs run at once (default: the number of CPUs): the apps and the
 # misuse cases first, then the rows' binaries, each with its own log.  The
@@ -262,7 +264,8 @@ for n in $ROW_NAMES; do
 done
 
 # ---- the job list ----------------------------------------------------------------
-# Job i: J_NAME[i] (the entry's name), J_KIND[i] (bin, apps, hardened),
+# Job i: J_NAME[i] (the entry's name), J_KIND[i] (bin, apps, hardened, or
+# summary: a script whose last line is "N passed, N failed", as hardened's),
 # J_BIN[i], J_ENV[i] (space-separated VAR=VALUE), J_ROW[i] (index of its row),
 # J_TMO[i] (its timeout in seconds).
 J_NAME=() J_KIND=() J_BIN=() J_ENV=() J_ROW=() J_TMO=()
@@ -290,6 +293,13 @@ if [ "$MODE" != quick ] && [ -z "${MATRIX_ROWS:-}" ]; then
         add_job "hardened checks (misuse cases)" hardened scripts/run_hardened_tests.sh "HARDENED_APPS=0" "$APP_ROW"
     else
         fail_setup "hardened checks (scripts/run_hardened_tests.sh missing)"
+    fi
+    # A few seconds; it prints "N passed, N failed" as the misuse cases do.
+    if [ -x scripts/test_install.sh ]; then
+        ROW_LABEL+=("install"); ROW_CPU+=(0)
+        add_job "install (launcher, CMake package, uninstall)" summary scripts/test_install.sh "" "$((${#ROW_LABEL[@]} - 1))"
+    else
+        fail_setup "install (scripts/test_install.sh missing)"
     fi
 fi
 
@@ -380,7 +390,7 @@ run_job() {   # INDEX
         apps)
             read -ra envs <<<"${J_ENV[$i]}"      # here: the libraries
             "${J_BIN[$i]}" "${envs[@]}" >"$log" 2>"$LOGDIR/$i.err" ;;
-        hardened)
+        hardened|summary)
             read -ra envs <<<"${J_ENV[$i]}"
             env "${envs[@]}" "${J_BIN[$i]}" >"$log" 2>"$LOGDIR/$i.err" ;;
     esac
@@ -463,7 +473,7 @@ report_hardened() {   # INDEX RC SECS CPU
     hard_fail=$(echo "$summary" | awk '{ print $3 + 0 }')
     [ "$rc" -ne 0 ] && [ "$hard_fail" -eq 0 ] && hard_fail=1
     if [ "$hard_fail" -gt 0 ] && [ -s "$LOGDIR/$i.err" ]; then
-        echo "----- run_hardened_tests.sh stderr:"; tail -n 40 "$LOGDIR/$i.err"; echo "-----"
+        echo "----- ${J_BIN[$i]##*/} stderr:"; tail -n 40 "$LOGDIR/$i.err"; echo "-----"
     fi
     TOTAL_PASS=$((TOTAL_PASS + hard_pass))
     TOTAL_FAIL=$((TOTAL_FAIL + hard_fail))
@@ -478,7 +488,7 @@ report_ready() {   # print the finished jobs, in order, up to the first unfinish
         case "${J_KIND[$NEXT]}" in
             bin) report_bin "$NEXT" "$rc" "$secs" "$cpu" ;;
             apps) report_apps "$NEXT" "$rc" "$secs" "$cpu" ;;
-            hardened) report_hardened "$NEXT" "$rc" "$secs" "$cpu" ;;
+            hardened|summary) report_hardened "$NEXT" "$rc" "$secs" "$cpu" ;;
         esac
         r=${J_ROW[$NEXT]}
         ROW_CPU[r]=$(awk -v a="${ROW_CPU[$r]}" -v b="$cpu" 'BEGIN { printf "%.1f", a + b }')
