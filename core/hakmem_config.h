@@ -95,8 +95,5 @@ enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD
 /* A heap starts the purger once this much of its memory is stamped: a
  * program that frees less never has one (it is not worth a thread). */
 #define HAK_PURGE_KICK_MIN ((size_t)4 << 20)
-/* With no purger thread: free memory stamped since the last pass beyond
- * which the slow paths give it all back at once (hakmem_purge.c). */
-#define HAK_PURGE_INLINE_BUDGET ((size_t)16 << 20)
 
 #endif /* HAKMEM_CONFIG_H */

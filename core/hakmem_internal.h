@@ -82,11 +82,6 @@ HAK_INTERNAL bool hak_purge_thread_running(void);
  * malloc and free run its pass themselves once one is due. */
 HAK_INTERNAL extern _Atomic uint32_t hak_purge_inline_due;
 HAK_INTERNAL void hak_purge_inline(void);
-/* A heap stamped HAK_PURGE_KICK_MIN more bytes (any lock may be held).
- * With no purger for good, a program that frees and then idles would keep
- * whatever it freed last: past HAK_PURGE_INLINE_BUDGET stamped since the
- * last pass, the next slow path gives back every free page at once. */
-HAK_INTERNAL void hak_purge_stamped(void);
 static inline void hak_purge_inline_check(void) {
     if (hak_unlikely(atomic_load_explicit(&hak_purge_inline_due, memory_order_relaxed) != 0))
         hak_purge_inline();
@@ -142,7 +137,6 @@ static inline bool hak_l25_trylock(void) {
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
     h->purge_pending = 0;
-    hak_purge_stamped();
     return true;
 }
 

@@ -73,8 +73,9 @@ static const option_t options[] = {
       "signal number that writes a numbered heap profile (0: none)", NULL, NULL },
     { "HAKMEM_PROFILE_LEAKS", &hak_opt.profile_leaks, 0, 0, 1,
       "1: sample allocations and report the sampled blocks never freed at exit (stderr)", NULL, NULL },
-    { "HAKMEM_PROFILE_UNWINDER", &hak_opt.profile_unwinder, HAK_UNWIND_LIBUNWIND, 0, 1,
-      "what walks a sampled allocation's stack: libunwind (libunwind.so.8, else libgcc) or libgcc",
+    { "HAKMEM_PROFILE_UNWINDER", &hak_opt.profile_unwinder, HAK_UNWIND_LIBGCC, 0, 1,
+      "accepted for older settings: libgcc walks the stacks either way (libunwind's pipe could "
+      "be the program's descriptors)",
       unwinders, NULL },
 };
 #define NOPTIONS (sizeof options / sizeof options[0])

@@ -21,7 +21,7 @@ typedef struct {
     int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
     int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */
     int profile_leaks;      /* HAKMEM_PROFILE_LEAKS: leak report at exit        */
-    int profile_unwinder;   /* HAKMEM_PROFILE_UNWINDER: HAK_UNWIND_*            */
+    int profile_unwinder;   /* HAKMEM_PROFILE_UNWINDER: accepted, not used      */
 } hak_options_t;
 
 extern hak_options_t hak_opt;

@@ -70,10 +70,6 @@ static _Atomic int purger_idle;        /* nothing stamped: it waits for a wake *
 _Atomic int hak_purge_wanted;          /* a free found no purger: malloc starts one */
 _Atomic uint32_t hak_purge_inline_due; /* no purger: when the owners' paths run
                                           the next pass (| 1), 0 if nothing waits */
-static _Atomic size_t inline_stamped;  /* no thread for good: bytes stamped since
-                                          the last pass (in HAK_PURGE_KICK_MIN) */
-static _Atomic bool inline_at_once;    /* ... past the budget: the next pass
-                                          gives back every free page */
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
  * profiler's heaps of sampled blocks (no thread; each used under a lock of
@@ -242,15 +238,6 @@ bool hak_purge_thread_running(void) {
     return atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
 }
 
-void hak_purge_stamped(void) {
-    if (!purge_no_thread) return;
-    size_t n = atomic_fetch_add_explicit(&inline_stamped, HAK_PURGE_KICK_MIN,
-                                         memory_order_relaxed) + HAK_PURGE_KICK_MIN;
-    if (n < HAK_PURGE_INLINE_BUDGET) return;
-    atomic_store_explicit(&inline_at_once, true, memory_order_relaxed);
-    atomic_store_explicit(&hak_purge_inline_due, hak_now_ms() | 1, memory_order_relaxed);
-}
-
 /* From the owners' slow paths (malloc's and free's) while a pass is due
  * and no purger runs: the purger's pass, taking no lock it would wait for. */
 void hak_purge_inline(void) {
@@ -261,9 +248,7 @@ void hak_purge_inline(void) {
         return;
     }
     if (!hak_trylock(&purge_lock)) return;
-    bool at_once = atomic_exchange_explicit(&inline_at_once, false, memory_order_relaxed);
-    if (at_once) atomic_store_explicit(&inline_stamped, 0, memory_order_relaxed);
-    uint32_t wait = purge_pass_locked(at_once ? 0 : (uint32_t)hak_opt.purge_delay_ms, true);
+    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, true);
     hak_unlock(&purge_lock);
     /* A stamp scheduled meanwhile keeps its time. */
     atomic_compare_exchange_strong(&hak_purge_inline_due, &due, 0);

@@ -1,0 +1,335 @@
+/* What hakmem does where the kernel says no, or where the process may not
+ * trust its environment (linked with the default and the hardened build).
+ *
+ *   calloc_zero_under_mlockall       a program that mlockall()s, fills
+ *       8 MiB with 0xAB, frees it and callocs 8 MiB gets zeros: the kernel
+ *       refuses MADV_DONTNEED on locked pages, so the reused block is
+ *       cleared by hand.
+ *   calloc_zero_after_mlock          the same for a 6 MiB key buffer that
+ *       was mlock()ed and freed without munlock.
+ *   calloc_zero_when_madvise_refused a seccomp filter makes madvise fail
+ *       (EPERM); with a purger thread allowed (HAKMEM_PURGE_THREAD=1, so
+ *       the freed block is kept for reuse) calloc still gets zeros.
+ *   clone_killing_filter             under a seccomp filter that kills the
+ *       process on clone/clone3, a program that allocates and frees in every
+ *       tier, large blocks included, exits 0 (no purger thread is made), and
+ *       its 8 large blocks of 16 MiB went back at their free (no purger
+ *       would give them back later).
+ *   secure_exec_ignores_settings     a set-user-ID copy of this program,
+ *       run by an unprivileged user (only when the tests run as root, in a
+ *       directory not mounted nosuid; skipped otherwise) with HAKMEM_PROFILE
+ *       naming a file in a root-only directory, HAKMEM_VERBOSE=1 and
+ *       HAKMEM_STATS=1: no file is made and nothing is said on stderr.
+ *
+ * Each runs as a child: forked, or this program run again (/proc/self/exe
+ * ROLE) with a setting in its environment.  Under the sanitizers
+ * (-DHAK_TEST_HAK_ONLY: malloc is theirs) there is nothing of hakmem's to
+ * test here: the program passes at once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#define MiB ((size_t)1 << 20)
+
+#ifndef HAK_TEST_HAK_ONLY
+/* ---- children ------------------------------------------------------------- */
+
+/* Exit statuses of a child: 0 passed, 77 could not set up (skip). */
+#define CHILD_SKIP 77
+
+static size_t rss_bytes(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    const char *p = strstr(buf, "VmRSS:");
+    return p != NULL ? (size_t)strtoul(p + 6, NULL, 10) << 10 : 0;
+}
+
+static void say(const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0) { ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1); (void)w; }
+}
+
+/* Free a block of `len` bytes filled with `byte`, calloc the same size:
+ * the number of bytes that are not zero. */
+static size_t dirty_after_reuse(size_t len, unsigned char byte, bool lock)
+{
+    unsigned char *p = malloc(len);
+    if (p == NULL) return len;
+    memset(p, 0, len);
+    if (lock && mlock(p, len) != 0) _exit(CHILD_SKIP);
+    memset(p, byte, len);
+    __asm__ volatile("" : : "r"(p) : "memory");   /* the bytes are stored, not dropped as dead */
+    free(p);
+    unsigned char *q = calloc(1, len);
+    if (q == NULL) return len;
+    /* read through volatile: the compiler knows calloc's memory is zero */
+    const volatile unsigned char *vq = q;
+    size_t dirty = 0;
+    for (size_t i = 0; i < len; i++) dirty += vq[i] != 0;
+    free(q);
+    return dirty;
+}
+
+static int child_mlockall(void)
+{
+    if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) return CHILD_SKIP;
+    size_t dirty = dirty_after_reuse(8 * MiB, 0xAB, false);
+    if (dirty != 0) say("calloc under mlockall: %zu bytes not zero\n", dirty);
+    return dirty == 0 ? 0 : 1;
+}
+
+static int child_mlock(void)
+{
+    size_t dirty = dirty_after_reuse(6 * MiB, 0x5C, true);
+    if (dirty != 0) say("calloc after mlock: %zu bytes not zero\n", dirty);
+    return dirty == 0 ? 0 : 1;
+}
+
+/* A filter: syscall `nr` gets `action`, everything else runs. */
+static bool install_filter(const int *nrs, int n, uint32_t action)
+{
+    struct sock_filter f[16];
+    int k = 0;
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+    for (int i = 0; i < n; i++) {
+        f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
+        f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action);
+    }
+    f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = { (unsigned short)k, f };
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+static int child_madvise_refused(void)
+{
+    /* A large block first: with the purger started, freed ranges are kept. */
+    free(malloc(8 * MiB));
+    const int nrs[] = { SYS_madvise };
+    if (!install_filter(nrs, 1, SECCOMP_RET_ERRNO | EPERM)) return CHILD_SKIP;
+    size_t dirty = dirty_after_reuse(8 * MiB, 0xAB, false);
+    if (dirty != 0) say("calloc with madvise refused: %zu bytes not zero\n", dirty);
+    return dirty == 0 ? 0 : 1;
+}
+
+static int child_clone_killed(void)
+{
+#ifdef SYS_clone3
+    const int nrs[] = { SYS_clone, SYS_clone3 };
+#else
+    const int nrs[] = { SYS_clone };
+#endif
+    if (!install_filter(nrs, (int)(sizeof nrs / sizeof nrs[0]), SECCOMP_RET_KILL_PROCESS))
+        return CHILD_SKIP;
+    /* 8 x 16 MiB and 64 MiB of blocks over the slab tiers, all freed. */
+    enum { N = 40000 };
+    static void *v[N];
+    void *big[8];
+    for (int i = 0; i < 8; i++) big[i] = malloc(16 * MiB), memset(big[i], 1, 16 * MiB);
+    for (int i = 0; i < N; i++) {
+        size_t len = i % 50 == 0 ? 60000 + (size_t)i % 5 * 30000 : i % 10 == 0 ? 2000 + (size_t)i % 9000
+                                                                               : 16 + (size_t)i % 1000;
+        v[i] = malloc(len);
+        if (v[i] == NULL) return 1;
+        memset(v[i], 2, len);
+    }
+    size_t full = rss_bytes();
+    for (int i = 0; i < N; i++) free(v[i]);
+    for (int i = 0; i < 8; i++) free(big[i]);
+    size_t freed = rss_bytes();
+    /* with no purger to give them back later, the large blocks go back at
+     * their free */
+    if (freed + 8 * 16 * MiB > full + 16 * MiB) {
+        say("under a clone-killing filter: %zu KiB resident after freeing, %zu before\n",
+            freed >> 10, full >> 10);
+        return 1;
+    }
+    return 0;
+}
+
+static int child_secure(const char *path)
+{
+    if (getauxval(AT_SECURE) == 0) return CHILD_SKIP;   /* a nosuid mount */
+    for (int i = 0; i < 1000; i++) free(malloc((size_t)i * 64));
+    (void)path;
+    return 0;
+}
+
+/* ---- the parent's side ------------------------------------------------------ */
+
+/* Run /proc/self/exe ROLE ARG with NAME=VALUE (if name) in its environment,
+ * as user `uid` if uid >= 0, from `exe` if not NULL; its stderr into err. */
+static int run_role(const char *exe, const char *role, const char *arg, const char *name,
+                    const char *value, int uid, char *err, size_t errlen)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        if (name != NULL) setenv(name, value, 1);
+        if (uid >= 0 && (setgid((gid_t)uid) != 0 || setuid((uid_t)uid) != 0)) _exit(126);
+        alarm(60);
+        execl(exe != NULL ? exe : "/proc/self/exe", "test_sandbox", role, arg, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void expect_pass(int status, const char *err, const char *what)
+{
+    if (WIFEXITED(status) && WEXITSTATUS(status) == CHILD_SKIP) {
+        print_message("%s: could not be set up here; skipped\n", what);
+        skip();
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        print_message("%s: %s %d; stderr: %s\n", what, WIFEXITED(status) ? "exit" : "signal",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), err);
+        fail();
+    }
+}
+
+static void test_calloc_zero_under_mlockall(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "mlockall", "", NULL, NULL, -1, err, sizeof err);
+    expect_pass(st, err, "calloc under mlockall");
+}
+
+static void test_calloc_zero_after_mlock(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "mlock", "", NULL, NULL, -1, err, sizeof err);
+    expect_pass(st, err, "calloc after mlock");
+}
+
+static void test_calloc_zero_when_madvise_refused(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "madvise-refused", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
+    expect_pass(st, err, "calloc with madvise refused");
+}
+
+static void test_clone_killing_filter(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "clone-killed", "", NULL, NULL, -1, err, sizeof err);
+    expect_pass(st, err, "a clone-killing seccomp filter");
+}
+
+static void test_secure_exec_ignores_settings(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("not root: no set-user-ID copy can be made; skipped\n");
+        skip();
+    }
+    char dir[] = "/tmp/hakmem-secure.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char exe[128], secret[128], target[160];
+    snprintf(exe, sizeof exe, "%s/test_sandbox", dir);
+    snprintf(secret, sizeof secret, "%s/secret", dir);
+    snprintf(target, sizeof target, "%s/profile", secret);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(mkdir(secret, 0700), 0);
+    /* the copy: set-user-ID root, run by nobody */
+    int in = open("/proc/self/exe", O_RDONLY), out = open(exe, O_WRONLY | O_CREAT | O_EXCL, 0755);
+    assert_true(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t r;
+    while ((r = read(in, buf, sizeof buf)) > 0) assert_int_equal(write(out, buf, (size_t)r), r);
+    close(in);
+    close(out);
+    assert_int_equal(chmod(exe, 04755), 0);
+    char err[2048];
+    setenv("HAKMEM_VERBOSE", "1", 1);
+    setenv("HAKMEM_STATS", "1", 1);
+    int st = run_role(exe, "secure", target, "HAKMEM_PROFILE", target, 65534, err, sizeof err);
+    unsetenv("HAKMEM_VERBOSE");
+    unsetenv("HAKMEM_STATS");
+    struct stat sb;
+    bool made = stat(target, &sb) == 0;
+    unlink(target);
+    unlink(exe);
+    rmdir(secret);
+    rmdir(dir);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_SKIP) {
+        print_message("the set-user-ID copy ran without AT_SECURE (a nosuid mount?); skipped\n");
+        skip();
+    }
+    expect_pass(st, err, "set-user-ID child");
+    if (made || strstr(err, "hakmem") != NULL) {
+        print_message("set-user-ID child: profile %s, stderr: %s\n", made ? "made" : "not made", err);
+        fail();
+    }
+}
+#else
+static void test_nothing_of_hakmem(void **state) { (void)state; }
+#endif
+
+int main(int argc, char **argv)
+{
+#ifndef HAK_TEST_HAK_ONLY
+    if (argc >= 2) {
+        const char *role = argv[1];
+        if (strcmp(role, "mlockall") == 0) return child_mlockall();
+        if (strcmp(role, "mlock") == 0) return child_mlock();
+        if (strcmp(role, "madvise-refused") == 0) return child_madvise_refused();
+        if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
+        if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calloc_zero_under_mlockall),
+        cmocka_unit_test(test_calloc_zero_after_mlock),
+        cmocka_unit_test(test_calloc_zero_when_madvise_refused),
+        cmocka_unit_test(test_clone_killing_filter),
+        cmocka_unit_test(test_secure_exec_ignores_settings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+    (void)argc, (void)argv;
+    const struct CMUnitTest tests[] = { cmocka_unit_test(test_nothing_of_hakmem) };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+#endif
+}
