@@ -91,6 +91,7 @@ static void heap_reclaim(hak_heap_t *h, bool keep_caches) {
 
 /* ---- heap life cycle ------------------------------------------------------- */
 _Atomic unsigned hak_abandoned_count __attribute__((aligned(64)));   /* read by every remote free */
+static unsigned unsettled_count;   /* abandoned heaps not yet settled (heap_lock) */
 static size_t active_count;   /* heaps with a thread: written under heap_lock,
                                  read by the purger without it (relaxed atomics) */
 
@@ -117,6 +118,8 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
 /* Takes h, which follows prev (NULL: h is the head), off the abandoned
  * list.  Caller holds heap_lock. */
 static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
+    if (!h->settled) unsettled_count--;
+    h->settled = true;           /* adopted, or being reclaimed (settle says) */
     if (prev != NULL) prev->next_free = h->next_free;
     else heaps_abandoned = h->next_free;
     if (heaps_abandoned_tail == h) heaps_abandoned_tail = prev;
@@ -184,7 +187,10 @@ static bool heap_detach(hak_heap_t *h) {
 /* h, detached, joins the abandoned heaps; true when no thread has a heap
  * any more. */
 static bool heap_leave(hak_heap_t *h) {
+    h->left_at = hak_now_ms();
+    h->settled = false;
     hak_lock(&heap_lock);
+    unsettled_count++;
     heap_abandon_locked(h);
     bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
     hak_unlock(&heap_lock);
@@ -384,6 +390,40 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
     return more;
 }
 
+/* The purger: an exited thread's heap keeps its Tiny caches, an empty
+ * slab per class and an empty SuperSlab, warm for the next thread; once it
+ * has waited a delay for one (5000 threads that exit together leave 5000
+ * heaps that no thread may ever want), it gives back all it holds
+ * (heap_reclaim, caches too), once.  Heaps wait in the order their threads
+ * left them; a reclaimed one goes to the tail.  Returns ms until the next
+ * one is due. */
+uint32_t hak_heap_settle_abandoned(uint32_t now, uint32_t delay) {
+    for (;;) {
+        hak_lock(&heap_lock);
+        if (unsettled_count == 0) {
+            hak_unlock(&heap_lock);
+            return HAK_PURGE_NONE;
+        }
+        hak_heap_t *b = heaps_abandoned, *prev = NULL;
+        while (b != NULL && b->settled) {
+            prev = b;
+            b = b->next_free;
+        }
+        uint32_t wait = HAK_PURGE_NONE;
+        if (b != NULL && !hak_purge_due(b->left_at, now, delay, &wait)) b = NULL;
+        if (b == NULL) {
+            hak_unlock(&heap_lock);
+            return wait;
+        }
+        heap_unlink_abandoned_locked(b, prev);
+        hak_unlock(&heap_lock);
+        heap_reclaim(b, false);
+        hak_lock(&heap_lock);
+        heap_abandon_locked(b);
+        hak_unlock(&heap_lock);
+    }
+}
+
 hak_heap_t *hak_heap_first(void) { return __atomic_load_n(&heaps_all, __ATOMIC_ACQUIRE); }
 
 size_t hak_heap_active_count(void) { return __atomic_load_n(&active_count, __ATOMIC_RELAXED); }
@@ -431,12 +471,11 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
  * waits for a new thread, warm (heap_detach): threads that come and go (a
  * server's workers, Larson) adopt it at once.  What no thread takes goes
  * back by time.  Returns HAK_EXIT_* flags. */
-unsigned hak_heap_thread_exit(hak_heap_t *h) {
-    if (h == NULL || h != hak_tls_own_heap) return 0;
-    unsigned todo = heap_detach(h) ? HAK_EXIT_KICK : 0;
+bool hak_heap_thread_exit(hak_heap_t *h) {
+    if (h == NULL || h != hak_tls_own_heap) return false;
+    heap_detach(h);          /* the caller starts the purger whatever it stamped */
     tls_thread_done = true;
-    if (heap_leave(h)) todo |= HAK_EXIT_LAST;
-    return todo;
+    return heap_leave(h);
 }
 
 /* Allocation by a thread whose heap is gone (a destructor running after

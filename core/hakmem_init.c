@@ -63,13 +63,14 @@ static void fork_child(void) {
 
 /* ---- thread exit -------------------------------------------------------------
  * The destructor of the key that holds each thread's heap (hak_heap_init):
- * the heap is abandoned (hakmem_heap.c), then the purger is started if that
- * stamped enough, and woken if no thread has a heap any more (the process
- * may be ending: it need not wait). */
+ * the heap is abandoned (hakmem_heap.c), then the purger is started (it
+ * settles the heap a delay later, hak_heap_settle_abandoned), and woken if
+ * no thread has a heap any more (the process may be ending: it need not
+ * wait). */
 static void thread_exit(void *heap) {
-    unsigned todo = hak_heap_thread_exit(heap);
-    if (todo & HAK_EXIT_KICK) hak_purge_kick();
-    if (todo & HAK_EXIT_LAST) hak_purge_wake();
+    bool last = hak_heap_thread_exit(heap);
+    hak_purge_kick();        /* the heap settles a delay from now, if not adopted */
+    if (last) hak_purge_wake();
 }
 
 /* ---- process start-up -------------------------------------------------------

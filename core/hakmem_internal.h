@@ -295,12 +295,9 @@ static inline void hak_heap_shrink_check(hak_heap_t *h) {
 /* exit_fn: the destructor of the key that holds each thread's heap
  * (hakmem_init.c's thread_exit, which calls hak_heap_thread_exit). */
 HAK_INTERNAL void hak_heap_init(void (*exit_fn)(void *heap));
-/* What hak_heap_thread_exit says the caller has to do. */
-enum {
-    HAK_EXIT_KICK = 1,   /* the heap stamped enough: start the purger */
-    HAK_EXIT_LAST = 2,   /* no thread has a heap any more: wake the purger */
-};
-HAK_INTERNAL unsigned hak_heap_thread_exit(hak_heap_t *h);
+/* The calling thread leaves heap h; true when no thread has a heap any
+ * more (the caller wakes the purger: the process may be ending). */
+HAK_INTERNAL bool hak_heap_thread_exit(hak_heap_t *h);
 HAK_INTERNAL void hak_heap_fork_lock(void);
 HAK_INTERNAL void hak_heap_fork_unlock(void);
 HAK_INTERNAL void hak_heap_fork_child(void);
@@ -323,6 +320,7 @@ enum {
                                   room: says whether SuperSlabs went back) */
 };
 HAK_INTERNAL bool hak_heap_reclaim_abandoned(unsigned how);
+HAK_INTERNAL uint32_t hak_heap_settle_abandoned(uint32_t now, uint32_t delay);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 /* Sums over every heap, for mallinfo2: pages in slab spans and free pages
  * still resident (each heap's owner writes its own counts). */

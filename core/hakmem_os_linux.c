@@ -73,13 +73,25 @@ bool hak_os_decommit(void *p, size_t len) {
     return true;
 }
 
+/* open, read, write and close are cancellation points: inside malloc a
+ * cancel acting there would unwind the thread out of the allocator with its
+ * locks held. */
+static int cancel_off(void) {
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    return old;
+}
+
+static void cancel_restore(int old) { pthread_setcancelstate(old, &old); }
+
 /* The start of a small text file (procfs, sysfs) into buf, NUL-terminated;
- * its length, or -1 if it could not be read. */
+ * its length, or -1 if it could not be read.  From inside malloc too. */
 static ssize_t read_text(const char *path, char *buf, size_t size) {
-    int saved = errno;
+    int saved = errno, cs = cancel_off();
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
     if (fd >= 0) close(fd);
+    cancel_restore(cs);
     errno = saved;
     buf[n > 0 ? n : 0] = '\0';
     return n;
@@ -270,16 +282,6 @@ bool hak_os_sandboxed(void) {
 }
 
 /* ---- files and signals --------------------------------------------------------- */
-/* open, read, write and close are cancellation points: inside malloc a
- * cancel acting there would unwind the thread out of the allocator with its
- * locks held. */
-static int cancel_off(void) {
-    int old;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
-    return old;
-}
-
-static void cancel_restore(int old) { pthread_setcancelstate(old, &old); }
 
 void hak_os_mappings_text(void (*sink)(void *ctx, const char *text, size_t len), void *ctx) {
     int saved = errno, cs = cancel_off();

@@ -102,7 +102,9 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
         hak_unlock(&h->lock);
         if (w < wait) wait = w;
     }
-    uint32_t w = hak_ss_purge_cache(now, delay);
+    uint32_t w = hak_heap_settle_abandoned(now, delay);
+    if (w < wait) wait = w;
+    w = hak_ss_purge_cache(now, delay);
     if (w < wait) wait = w;
     w = hak_large_purge(now, delay);
     if (w < wait) wait = w;
@@ -261,7 +263,12 @@ void hak_purge_wake(void) {
     hak_os_wake(&purger_wake);
 }
 
-/* malloc_trim: everything free goes back now, from every heap. */
+/* malloc_trim: everything free goes back now, from every heap.  True if
+ * memory went back and nothing was left out of reach: the free blocks in
+ * another live thread's caches and rings are its own (its fast paths take
+ * no lock), so it is asked to flush them at its next slow path, and a
+ * thread that idles meanwhile keeps them: then false, as glibc says 0 when
+ * it could not give memory back. */
 bool hak_purge_everything(void) {
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     hak_heap_t *me = hak_tls_own_heap;
@@ -272,11 +279,14 @@ bool hak_purge_everything(void) {
     hak_lock(&purge_lock);
     hak_heap_reclaim_abandoned(0);
     hak_heap_purge_shared(0, 0, false);
+    bool out_of_reach = false;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || h == &hak_l25_heap) continue;
-        if (h != me && st == HAK_HEAP_ACTIVE)
+        if (h != me && st == HAK_HEAP_ACTIVE && h->chunk_kind == 0) {
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
+            out_of_reach = true;
+        }
         hak_lock(&h->lock);
         hak_slab_purge_heap(h, 0, 0);
         hak_unlock(&h->lock);
@@ -284,7 +294,7 @@ bool hak_purge_everything(void) {
     hak_large_trim_cache();
     hak_ss_trim_cache();
     hak_unlock(&purge_lock);
-    return atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
+    return atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before && !out_of_reach;
 }
 
 /* From the slow path every 256 refills: while threads have exited and left

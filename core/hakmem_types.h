@@ -260,6 +260,9 @@ typedef struct hak_heap {
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */
+    uint32_t         left_at;      /* hak_now_ms() when its thread left it  */
+    bool             settled;      /* abandoned, and reclaimed whole since a
+                                      delay after (hak_heap_settle_abandoned) */
     uint8_t          refill_shift[HAK_NUM_CLASSES]; /* log2 of the blocks the
                                       next cache or ring refill of the class
                                       takes: 0 for a new thread, one more per
