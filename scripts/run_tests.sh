@@ -121,6 +121,9 @@ TOTAL_FAIL=0
 #   thread_exit   heaps abandoned with blocks out, adopted, swept, given back
 #   thread_churn  thousands of short threads, key destructors, detached threads
 #   fork          fork() from the main thread and from a busy thread
+#   giveback      memory given back where the program does not ask: a
+#                 daemon's child that frees and idles, 5000 threads that
+#                 exit together, malloc_trim with threads idle
 #   purge         memory given back by time: hand-offs without join, reuse
 #                 within the delay, malloc_trim of another live thread's
 #                 memory, large-block reuse, fork while a purge is due
@@ -210,7 +213,7 @@ default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_e
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
 default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
 default    HAKMEM_PURGE_THREAD=0           tiers thread_exit fork purge giveback
-hardened   STRESS_SCALE=8                   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core,realloc,reallocarray,realloc_grow,calloc
+hardened   STRESS_SCALE=8                   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge giveback oom:core,realloc,reallocarray,realloc_grow,calloc
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free
 default    HAKMEM_PROFILE_LEAKS=1           thread_exit fork
