@@ -23,23 +23,34 @@
  * with no purger running starts one (hak_purge_kick: the layers below only
  * count what they stamp, and hakmem.c's slow paths, housekeeping and a
  * thread's exit ask, hak_heap_kick_due), and so do a heap that maps a
- * SuperSlab beyond its first and a new large block, so that one runs
- * before the memory it will give back is freed: free() never starts a
- * thread (glibc calls free with its own locks held, the thread-stack
- * cache's among them, which pthread_create takes: a purger started from
- * there deadlocked Larson); it only wakes an idle purger
- * (hak_purge_request) or, with none, leaves it to the next malloc slow path
- * (hak_purge_wanted).  The purger sleeps until the next stamp falls due,
- * gives back what is due, idles a while more (10 delays, 1 to 60 s) for
- * what the program frees next, and exits once nothing is left, so an idle
- * program has no purger and costs nothing.  (Memory freed after the purger
- * has gone, with no malloc after it, waits for the next malloc slow path.)
- * It blocks every signal, is detached, exits when it is the
- * process's last thread (so it never keeps a process alive whose main
- * thread called pthread_exit: the last thread with a heap wakes it as it
- * exits), and after fork() the child starts its own when it next needs
- * one.  If no thread can be made (seccomp, limits), the
- * owners' slow paths run the same pass when it is due (purge_inline).
+ * SuperSlab beyond its first, a new large block and every thread's exit
+ * (its heap settles a delay later), so that one runs before the memory it
+ * will give back is freed: free() never starts a thread (glibc calls free
+ * with its own locks held, the thread-stack cache's among them, which
+ * pthread_create takes: a purger started from there deadlocked Larson); it
+ * only wakes an idle purger (hak_purge_request) or, with none, leaves it
+ * to the next malloc slow path (hak_purge_wanted).  The purger sleeps until
+ * the next stamp falls due, gives back what is due, idles a while more (10
+ * delays, 1 to 60 s) for what the program frees next, and exits once
+ * nothing is left, so an idle program has no purger and costs nothing.
+ * It blocks every signal, is detached, exits when it is the process's last
+ * thread (so it never keeps a process alive whose main thread called
+ * pthread_exit: the last thread with a heap wakes it as it exits), and a
+ * forked child whose parent had one starts its own at fork (a daemon's
+ * child may only free, then idle).
+ *
+ * No purger running (none may be made: HAKMEM_PURGE_THREAD=0, or auto
+ * under a seccomp filter, which may kill the process for its clone; none
+ * can be made: limits; or none started yet): the slow paths of malloc and
+ * free run its pass themselves once one is due (hak_purge_inline, one
+ * relaxed load while nothing is), and a large block goes back at its free
+ * (hakmem_large.c), since a program that frees and then idles runs no slow
+ * path.  Smaller blocks freed just before it idles stay until it comes
+ * back, as with jemalloc without its background thread.
+ *
+ * Exited threads' heaps keep their Tiny caches, an empty slab per class
+ * and an empty SuperSlab, warm for the next thread; a delay after their
+ * thread left, the pass gives all of it back (hak_heap_settle_abandoned).
  *
  * How it reaches other threads' memory without slowing their fast paths:
  * each heap has a lock (hak_heap_lock) that its owner takes only on slow
@@ -53,8 +64,9 @@
  * malloc_trim (hak_purge_everything) runs the same pass with no delay over
  * every heap, live ones included, and asks every other live thread to
  * flush its rings at its next slow path (trim_request).  Blocks in the rings
- * of a live thread that never comes back to a slow path are the one thing
- * it cannot reach.
+ * and caches of a live thread that never comes back to a slow path are the
+ * one thing it cannot reach (their owner takes no lock: reaching them would
+ * cost every fast path), and it says so by returning 0.
  *
  * Locks: purge_lock (one pass at a time; fork holds it, so no heap lock is
  * held by a purge across fork) -> a heap's lock -> the cache locks.  The
@@ -128,6 +140,20 @@ static uint32_t purger_pass(void) {
     return wait;
 }
 
+/* How long the purger may sleep, at most ms.  While no thread has a heap
+ * (the last one is on its way out and woke us, or the program allocates
+ * only large blocks), the process may be ending with it: look again soon,
+ * less often the longer it takes. */
+static uint32_t ending_poll(uint32_t ms, uint32_t *ending) {
+    if (hak_heap_active_count() != 0) {
+        *ending = 1;
+        return ms;
+    }
+    if (*ending < ms) ms = *ending;
+    if (*ending < 1000) *ending *= 2;
+    return ms;
+}
+
 static void *purger_main(void *arg) {
     (void)arg;
     uint32_t delay = (uint32_t)hak_opt.purge_delay_ms;
@@ -141,10 +167,11 @@ static void *purger_main(void *arg) {
         if (purger_alone()) break;
         uint32_t wait = purger_pass();
         if (wait != HAK_PURGE_NONE) idle = false;
-        if (wait == HAK_PURGE_NONE && hak_heap_active_count() != 0) {
+        if (wait == HAK_PURGE_NONE) {
             /* Idle for a while: the program's next frees find a purger (they
-             * cannot start one).  A free that stamps after the idle flag is
-             * up wakes it; one before is seen by the second pass. */
+             * cannot start one, and a large block freed with none goes back
+             * at once).  A free that stamps after the idle flag is up wakes
+             * it; one before is seen by the second pass. */
             uint32_t now = hak_now_ms();
             if (!idle) {
                 idle = true;
@@ -153,12 +180,10 @@ static void *purger_main(void *arg) {
             if (now - idle_since < linger) {
                 atomic_store(&purger_idle, 1);
                 if (purger_pass() == HAK_PURGE_NONE)
-                    hak_os_sleep_on(&purger_wake, linger - (now - idle_since));
+                    hak_os_sleep_on(&purger_wake, ending_poll(linger - (now - idle_since), &ending));
                 atomic_store(&purger_idle, 0);
                 continue;
             }
-        }
-        if (wait == HAK_PURGE_NONE) {
             /* Going: anything stamped after the pass saw purger_running
              * set, or is seen by this second pass (stamps are made under
              * the locks the pass takes). */
@@ -169,17 +194,7 @@ static void *purger_main(void *arg) {
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
             idle = false;       /* that pass found work: back in service */
         }
-        uint32_t ms = wait + slack + 1;
-        if (hak_heap_active_count() == 0) {
-            /* The last thread with a heap is on its way out (it woke us):
-             * if it was the program's last, the process ends when we do,
-             * so look again soon, less often the longer it takes. */
-            if (ending < ms) ms = ending;
-            if (ending < 1000) ending *= 2;
-        } else {
-            ending = 1;
-        }
-        hak_os_sleep_on(&purger_wake, ms);
+        hak_os_sleep_on(&purger_wake, ending_poll(wait + slack + 1, &ending));
     }
     atomic_store(&purger_running, 0);
     return NULL;

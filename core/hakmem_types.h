@@ -37,7 +37,11 @@
  * 1 s), so memory reused sooner is never faulted in again.  A purger thread
  * does it, existing only while something is stamped; it reaches a live
  * heap through that heap's lock, which the owner takes only on slow paths.
- * malloc_trim does the same at once for every heap.
+ * Where no purger runs (HAKMEM_PURGE_THREAD, a seccomp filter), the slow
+ * paths of malloc and free do it, and large blocks go back at their free.
+ * malloc_trim does the same at once for every heap.  Where the kernel
+ * refuses to give pages back (locked memory, a sandbox), they stay, and
+ * calloc writes the zeros itself.
  *
  * Tiers (size classes: core/box/size_class_box.h)
  * -----
@@ -71,7 +75,8 @@
  * every slab parked and armed; the next new thread adopts it whole (or a
  * young thread freeing into it takes it over: the successor of the thread
  * that left it), and meanwhile remote frees into it wake the purger, which
- * collects them (as running threads' housekeeping does now and then).
+ * collects them (as running threads' housekeeping does now and then); a
+ * delay after it was left, the purger gives back all it kept.
  * Heaps are never unmapped, which is what lets a remote free read
  * slab->owner and push without a lock.
  */
