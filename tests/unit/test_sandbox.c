@@ -205,7 +205,9 @@ static int run_role(const char *exe, const char *role, const char *arg, const ch
     close(fds[1]);
     size_t n = 0;
     ssize_t r;
-    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
+    char rest[4096];
+    while ((r = n + 1 < errlen ? read(fds[0], err + n, errlen - 1 - n) : read(fds[0], rest, sizeof rest)) > 0)
+        if (n + 1 < errlen) n += (size_t)r;     /* the rest is read, not kept: no SIGPIPE */
     err[n] = '\0';
     close(fds[0]);
     int status;
