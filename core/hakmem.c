@@ -76,6 +76,10 @@ static inline void purge_request_due(hak_heap_t *h) {
  * heap. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
     hak_ensure_init();
+    if (size <= HAK_L2_MAX) {                /* a young thread: the nursery */
+        void *q = hak_nursery_alloc(size);
+        if (q != NULL) return q;
+    }
     hak_heap_t *h = hak_heap_for_thread();
     if (h == NULL) return hak_alloc_without_heap(size);
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size)
@@ -244,7 +248,7 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         /* The shared L2.5 heap has no thread to collect: the purger does.
          * (Read before the push: once p is on the list, the owner may
          * collect it and retire the slab.) */
-        bool shared = s->owner == &hak_l25_heap;
+        bool shared = hak_heap_is_shared(s->owner);
         if (hak_remote_free(s, p) || shared) hak_purge_request();
         hak_purge_inline_check();
         return;

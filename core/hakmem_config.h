@@ -48,6 +48,7 @@
 #define HAK_SS_PAGES      (HAK_CHUNK_SIZE / HAK_PAGE_SIZE)   /* 64         */
 
 #define HAK_TINY_MAX      1024
+#define HAK_L2_MAX        (52 * 1024)
 #define HAK_L25_MAX       (1024 * 1024)
 
 #define HAK_TINY_CLASSES  20
@@ -95,5 +96,8 @@ enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD
 /* A heap starts the purger once this much of its memory is stamped: a
  * program that frees less never has one (it is not worth a thread). */
 #define HAK_PURGE_KICK_MIN ((size_t)4 << 20)
+/* A new thread's first allocations (Tiny and L2 sizes) come from the
+ * nursery heap all young threads share (hakmem_heap.c): this many. */
+#define HAK_NURSERY_ALLOCS 64
 
 #endif /* HAKMEM_CONFIG_H */

@@ -297,7 +297,43 @@ static void heap_make_shared(void) {
     heap_setup(&hak_l25_heap, 0);
     heap_make_private(&hak_l25_heap);
     __atomic_store_n(&hak_l25_heap.state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
+    heap_setup(&hak_nursery_heap, 0);
+    heap_make_private(&hak_nursery_heap);
+    __atomic_store_n(&hak_nursery_heap.state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
     hak_unlock(&heap_lock);
+}
+
+/* ---- the nursery --------------------------------------------------------------
+ * A heap of its own costs a thread a page of slab per size class it uses,
+ * and its SuperSlab's header: about 45 KiB for a thread that holds a block
+ * of each of 8 sizes, whatever it holds.  Most threads that allocate little
+ * do so at first only (a worker sets up) or for good (5000 threads that
+ * each hold a few blocks): their first HAK_NURSERY_ALLOCS allocations come
+ * from one heap they share, under its lock, so that they cost blocks, not
+ * pages.  Not where an abandoned heap waits (adopting it costs nothing new
+ * and it is warm), nor for L2.5 sizes (shared slabs already) or the
+ * profiler's and the statistics' paths (they count on the thread's heap).
+ * A young thread's frees of its nursery blocks are remote frees; the
+ * nursery collects them when a slab runs dry, and the purger sweeps it as
+ * it sweeps the shared L2.5 heap. */
+hak_heap_t hak_nursery_heap;
+static __thread unsigned tls_young;    /* allocations from the nursery */
+
+HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size) {
+    if (tls_young >= HAK_NURSERY_ALLOCS || hak_tls_own_heap != NULL || tls_thread_done ||
+        hak_opt.stats || hak_profile_on ||
+        atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed) != 0)
+        return NULL;
+    tls_young++;
+    hak_heap_t *n = &hak_nursery_heap;
+    hak_lock(&n->lock);
+    n->lock_depth = 1;
+    void *p = hak_heap_alloc(n, size);
+    bool kick = hak_heap_kick_due(n);
+    n->lock_depth = 0;
+    hak_unlock(&n->lock);
+    if (kick) hak_purge_kick();
+    return p;
 }
 
 /* h's remote frees collected and its empty slabs and SuperSlabs retired,
@@ -322,23 +358,48 @@ static void heap_sweep_bare(hak_heap_t *h) {
  * due. */
 uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
+    uint32_t wait = delay;
     if (!trylock) hak_l25_lock();
-    else if (!hak_l25_trylock()) return delay;
-    heap_sweep_bare(s);
-    hak_slab_shared_spares_reset();
-    uint32_t wait = hak_slab_purge_heap(s, now, delay);
-    for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
-        hak_superslab_t *next = ss->next;
-        hak_ss_release_if_empty(s, ss);
-        ss = next;
+    if (!trylock || hak_l25_trylock()) {
+        heap_sweep_bare(s);
+        hak_slab_shared_spares_reset();
+        wait = hak_slab_purge_heap(s, now, delay);
+        for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
+            hak_superslab_t *next = ss->next;
+            hak_ss_release_if_empty(s, ss);
+            ss = next;
+        }
+        hak_l25_unlock();
     }
-    hak_l25_unlock();
-    return wait;
+    /* The nursery: as any thread's heap, swept as its thread would (it
+     * keeps its spares and Tiny caches for the next young threads), its
+     * due memory given back; malloc_trim (delay 0) flushes its caches and
+     * sweeps it bare. */
+    hak_heap_t *n = &hak_nursery_heap;
+    if (!trylock) hak_lock(&n->lock);
+    else if (!hak_trylock(&n->lock)) return delay < wait ? delay : wait;
+    n->lock_depth = 1;
+    if (delay == 0) {
+        heap_flush_rings(n);
+        heap_sweep_bare(n);
+    } else {
+        heap_sweep(n);
+    }
+    uint32_t w = hak_slab_purge_heap(n, now, delay);
+    n->lock_depth = 0;
+    hak_unlock(&n->lock);
+    return w < wait ? w : wait;
 }
 
 /* Held across fork after the profiler's locks (a refill may run under them). */
-void hak_heap_fork_lock_shared(void)   { hak_lock(&hak_l25_heap.lock); }
-void hak_heap_fork_unlock_shared(void) { hak_unlock(&hak_l25_heap.lock); }
+void hak_heap_fork_lock_shared(void) {
+    hak_lock(&hak_nursery_heap.lock);
+    hak_lock(&hak_l25_heap.lock);
+}
+void hak_heap_fork_unlock_shared(void) {
+    hak_unlock(&hak_l25_heap.lock);
+    hak_unlock(&hak_nursery_heap.lock);
+}
 
 /* The abandoned heaps give back what they hold (heap_reclaim), as `how`
  * says (HAK_RECLAIM_*, hakmem_internal.h).  Taken off the list one at a
@@ -449,7 +510,7 @@ void hak_heap_counts(size_t *heaps, size_t *abandoned) {
     size_t n = 0;
     hak_lock(&heap_lock);
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        n += h->chunk_kind == 0 && h != &hak_l25_heap;
+        n += h->chunk_kind == 0 && !hak_heap_is_shared(h);
     hak_unlock(&heap_lock);
     *heaps = n;
     *abandoned = atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed);
@@ -523,7 +584,7 @@ void hak_heap_fork_unlock(void) { hak_unlock(&heap_lock); }
  * its lock held).  Lets heap_lock go. */
 void hak_heap_fork_child(void) {
     for (hak_heap_t *h = heaps_all; h != NULL; h = h->next_all)
-        if (h != hak_tls_own_heap && h != &hak_l25_heap && h->chunk_kind == 0)
+        if (h != hak_tls_own_heap && !hak_heap_is_shared(h) && h->chunk_kind == 0)
             h->state = HAK_HEAP_ORPHANED;
     for (hak_heap_t *h = heaps_abandoned; h != NULL; h = h->next_free)
         h->state = HAK_HEAP_ABANDONED;

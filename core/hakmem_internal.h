@@ -307,6 +307,18 @@ HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 /* The purger's pass over the shared L2.5 heap (delay 0: malloc_trim). */
 HAK_INTERNAL uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock);
+/* The nursery: the heap young threads share, under its lock, for their
+ * first HAK_NURSERY_ALLOCS allocations of up to HAK_L2_MAX bytes while no
+ * abandoned heap waits to be adopted.  NULL: the thread gets a heap of its
+ * own (it is no longer young, or the nursery has no memory). */
+HAK_INTERNAL extern hak_heap_t hak_nursery_heap;
+HAK_INTERNAL void *hak_nursery_alloc(size_t size);
+/* The heaps no thread owns and every thread allocates from under their
+ * lock: a block of theirs freed by a thread is a remote free, which the
+ * purger collects when no allocation does. */
+static inline bool hak_heap_is_shared(const hak_heap_t *h) {
+    return h == &hak_l25_heap || h == &hak_nursery_heap;
+}
 HAK_INTERNAL void hak_heap_fork_lock_shared(void);
 HAK_INTERNAL void hak_heap_fork_unlock_shared(void);
 HAK_INTERNAL void *hak_alloc_without_heap(size_t size);

@@ -101,7 +101,7 @@ static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
     if (wait_shared < wait) wait = wait_shared;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
-        if (!heap_purged(h, st) || h == &hak_l25_heap) continue;
+        if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (trylock_heaps) {
             if (!hak_trylock(&h->lock)) {
                 if (delay < wait) wait = delay;
@@ -297,7 +297,7 @@ bool hak_purge_everything(void) {
     bool out_of_reach = false;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
-        if (!heap_purged(h, st) || h == &hak_l25_heap) continue;
+        if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (h != me && st == HAK_HEAP_ACTIVE && h->chunk_kind == 0) {
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
             out_of_reach = true;

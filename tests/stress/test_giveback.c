@@ -18,13 +18,15 @@
  *     their free (within 16 MiB of the small blocks' size).
  *
  * test_giveback_many_threads
- *     5000 threads alive at once, each holding 8 blocks of 8 sizes, then
- *     joined; within 10 delays with the main thread idle, the resident size
- *     is within 48 MiB (hardened: 64) of what it was before the threads (glibc: 16 MiB,
- *     its stack cache and arenas; the issue's bound is glibc's + 32 MiB):
+ *     5000 threads alive at once, each holding 8 blocks of 8 sizes: with
+ *     all of them alive the resident size is within 96 MiB of what it was
+ *     before (twice glibc's 51 MiB, stacks included: young threads share
+ *     the nursery's slabs).  Then they are joined; within 10 delays with
+ *     the main thread idle, the resident size is back within 48 MiB
+ *     (hardened: 64) of the start (the issue's bound: glibc's 16 + 32):
  *     the exited threads' heaps gave back what they kept for the next
- *     thread, all but the page of each heap's own state (20 MiB).  (Not with HAKMEM_PURGE_THREAD=0: nothing runs while the
- *     program idles.)  The peak is printed, not asserted.
+ *     thread.  (Not with HAKMEM_PURGE_THREAD=0: nothing runs while the
+ *     program idles.)
  *
  * test_giveback_trim_idle_threads
  *     8 threads allocate and free 16 MiB each over every tier, then wait,
@@ -172,6 +174,12 @@ static int child_many_threads(void)
     }
     printf("%d threads: RSS %zu KiB before, %zu with all alive, %zu joined, %zu after waiting; "
            "%.2f s\n", T, rss0 >> 10, peak >> 10, joined >> 10, later >> 10, secs);
+    /* glibc's 5000 threads peak at 51 MiB, stacks included; the issue's
+     * bound is twice that */
+    if (peak > rss0 + 96 * MiB) {
+        printf("FAIL: %d threads holding 8 blocks each took %zu KiB\n", T, (peak - rss0) >> 10);
+        return 1;
+    }
     if (!no_purger() && later > rss0 + THREADS_LEFT) {
         printf("FAIL: the exited threads' heaps kept %zu KiB\n", (later - rss0) >> 10);
         return 1;
@@ -187,7 +195,8 @@ static void *churner(void *arg)
     st_rng r;
     st_rng_seed(&r, stress_seed() + (uint64_t)(uintptr_t)arg);
     enum { N = 2000 };
-    static __thread void *v[N];
+    void **v = malloc(N * sizeof *v);   /* not TLS: every thread of the program would carry it */
+    if (v == NULL) return NULL;
     size_t total = 0;
     while (total < 16 * MiB) {
         for (int i = 0; i < N; i++) {
@@ -199,6 +208,7 @@ static void *churner(void *arg)
         }
         for (int i = 0; i < N; i++) free(v[i]);
     }
+    free(v);
     pthread_barrier_wait(&idle_in);
     pthread_barrier_wait(&idle_out);
     return NULL;
