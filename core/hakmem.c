@@ -237,6 +237,10 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         if (!hak_pool_free(r, p)) free_ring_full(h, r, p);
         return;
     }
+    if (s->owner == &hak_nursery_heap && h == NULL) {
+        hak_nursery_free(s, p);        /* a young thread: back where it came from */
+        return;
+    }
     if (s->owner != h) {
         bool kick;
         hak_heap_t *taken = hak_heap_take_over(s->owner, &kick);

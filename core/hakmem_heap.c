@@ -313,9 +313,12 @@ static void heap_make_shared(void) {
  * pages.  Not where an abandoned heap waits (adopting it costs nothing new
  * and it is warm), nor for L2.5 sizes (shared slabs already) or the
  * profiler's and the statistics' paths (they count on the thread's heap).
- * A young thread's frees of its nursery blocks are remote frees; the
- * nursery collects them when a slab runs dry, and the purger sweeps it as
- * it sweeps the shared L2.5 heap. */
+ * A young thread's frees of nursery blocks go back to the nursery's caches
+ * and rings under the same lock (hak_nursery_free), so the block it freed
+ * last is the one it gets next, as from a heap of its own (the hardened
+ * build's checks of a block handed out again count on that); other
+ * threads' frees of them are remote frees, which the nursery collects when
+ * a slab runs dry and the purger sweeps, as for the shared L2.5 heap. */
 hak_heap_t hak_nursery_heap;
 static __thread unsigned tls_young;    /* allocations from the nursery */
 
@@ -334,6 +337,21 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size) {
     hak_unlock(&n->lock);
     if (kick) hak_purge_kick();
     return p;
+}
+
+void hak_nursery_free(hak_slab_t *s, void *p) {
+    hak_heap_t *n = &hak_nursery_heap;
+    hak_lock(&n->lock);
+    n->lock_depth = 1;
+    if (s->tier == HAK_TIER_TINY) {
+        if (hak_tiny_free(n, s, p)) hak_tiny_cache_full(n, s->cls);
+    } else if (!hak_pool_free(s->ring, p)) {
+        hak_pool_free_ring_full(n, s->ring, p);
+    }
+    bool due = hak_heap_kick_due(n);
+    n->lock_depth = 0;
+    hak_unlock(&n->lock);
+    if (due) hak_purge_request();      /* from free: never starts a thread */
 }
 
 /* h's remote frees collected and its empty slabs and SuperSlabs retired,

@@ -313,6 +313,8 @@ HAK_INTERNAL uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool t
  * own (it is no longer young, or the nursery has no memory). */
 HAK_INTERNAL extern hak_heap_t hak_nursery_heap;
 HAK_INTERNAL void *hak_nursery_alloc(size_t size);
+/* p, a block of nursery slab s, freed by a thread with no heap yet. */
+HAK_INTERNAL void hak_nursery_free(hak_slab_t *s, void *p);
 /* The heaps no thread owns and every thread allocates from under their
  * lock: a block of theirs freed by a thread is a remote free, which the
  * purger collects when no allocation does. */

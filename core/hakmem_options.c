@@ -20,6 +20,7 @@ hak_options_t hak_opt = {
     .ss_lookup_kind = HAK_LOOKUP_FLAT,
     .purge_delay_ms = HAK_PURGE_DELAY_DEFAULT,
     .purge_thread = HAK_PURGE_THREAD_AUTO,
+    .tiny_c2_local_cache = 1,
     .profile = "",
     .profile_rate = 512 * 1024,
 };
@@ -53,6 +54,9 @@ static const option_t options[] = {
       "slots of each per-thread L2 ring (at most the compiled POOL_L2_RING_CAP)", NULL, NULL },
     { "HAKMEM_L25_RING_CAP", &hak_opt.l25_ring_cap, POOL_L25_RING_CAP, 1, POOL_L25_RING_CAP,
       "slots of each per-thread L2.5 ring (at most the compiled POOL_L25_RING_CAP)", NULL, NULL },
+    { "HAKMEM_TINY_C2_LOCAL_CACHE", &hak_opt.tiny_c2_local_cache, 1, 0, 1,
+      "0: the 32-byte class keeps no per-thread cache (its mallocs and frees go to the slab)",
+      NULL, NULL },
     { "HAKMEM_MID_INUSE_DEFERRED", &hak_opt.mid_inuse_deferred, 0, 0, 1,
       "1: L2 ring flushes batch the slabs' in-use decrements per slab", NULL, NULL },
     { "HAKMEM_SS_LOOKUP_KIND", &hak_opt.ss_lookup_kind, HAK_LOOKUP_FLAT, 0, 1,

@@ -17,6 +17,8 @@ typedef struct {
     int mid_inuse_deferred; /* HAKMEM_MID_INUSE_DEFERRED: batch L2 in-use counts */
     int purge_delay_ms;     /* HAKMEM_PURGE_DELAY_MS: free memory unused this long goes back */
     int purge_thread;       /* HAKMEM_PURGE_THREAD: HAK_PURGE_THREAD_*          */
+    int tiny_c2_local_cache; /* HAKMEM_TINY_C2_LOCAL_CACHE: 0 takes the 32-byte
+                               class's cache out of its paths             */
     const char *profile;    /* HAKMEM_PROFILE: heap profile path ("" = off)     */
     int profile_rate;       /* HAKMEM_PROFILE_RATE: mean bytes between samples  */
     int profile_signal;     /* HAKMEM_PROFILE_SIGNAL: dump on this signal (0: none) */

@@ -15,6 +15,7 @@
  * limit an overflow sends every block back (a slow path every few frees,
  * not every other one). */
 #include "hakmem_internal.h"
+#include "hakmem_options.h"
 #include "box/size_class_box.h"
 #include "box/block_link_box.h"
 #include "box/chunk_map_box.h"
@@ -28,6 +29,10 @@
  * free list as it is linked, unwalked (take_run, hakmem_slab.c), and still
  * leave half the cache for the frees that follow. */
 static inline unsigned tiny_cap(unsigned cls) {
+    /* HAKMEM_TINY_C2_LOCAL_CACHE=0: the 32-byte class keeps no cache (the
+     * seeds' baseline of its A/B): a cache of one block, which each free
+     * sends straight back to its slab and each malloc takes from there. */
+    if (!hak_opt.tiny_c2_local_cache && cls == hak_tiny_class(32)) return 1;
     unsigned two_slabs = 2u * (unsigned)(HAK_PAGE_SIZE / hak_class_block_size[cls]);
     return two_slabs > HAK_TINY_CACHE_CAP ? two_slabs : HAK_TINY_CACHE_CAP;
 }
@@ -44,7 +49,7 @@ HAK_ALLOC_PATH void *hak_tiny_alloc_slow(size_t size, hak_heap_t *h) {
     h->tiny_overflows[cls] = 0;
     /* runs of the slabs' lists, moved as they are linked */
     hak_block_t *chain = NULL;
-    unsigned n = hak_class_take(h, cls, hak_refill_want(h, cls, h->tiny_limit[cls] / 2u),
+    unsigned n = hak_class_take(h, cls, hak_refill_want(h, cls, (h->tiny_limit[cls] + 1u) / 2u),
                                 h->tiny_limit[cls], &chain);
     if (n == 0) {
         errno = ENOMEM;

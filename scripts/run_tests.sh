@@ -157,6 +157,9 @@ TOTAL_FAIL=0
 #   L2_RING_CAP=1, L25_RING_CAP=1   ring refills and flushes: remote frees,
 #                  flushes at thread exit, L2.5 blocks decommitted on leaving
 #                  the ring, tier changes
+#   TINY_C2_LOCAL_CACHE=0     the 32-byte class without a cache: every malloc
+#                  and free of it takes the slow path to its slab: the tiers,
+#                  remote frees, thread exit
 #   MID_INUSE_DEFERRED=1      slabs' in-use counts applied per L2 flush: slabs
 #                  emptied and released, remote frees, thread exit
 #   PURGE_DELAY_MS=0          free memory goes back to the OS at once (as
@@ -209,6 +212,7 @@ default    HAKMEM_BATCH_TIER_SIZE=256       tiers remote_free mt_stress thread_e
 default    HAKMEM_L2_RING_CAP=1             tiers remote_free mt_stress thread_exit thread_churn
 default    HAKMEM_L25_RING_CAP=1            tiers remote_free mt_stress thread_exit thread_churn
 default    HAKMEM_MID_INUSE_DEFERRED=1      tiers remote_free mt_stress thread_exit
+default    HAKMEM_TINY_C2_LOCAL_CACHE=0     tiers remote_free mt_stress thread_exit
 default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
 default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
