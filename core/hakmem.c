@@ -6,7 +6,16 @@
  * start hakmem, make the thread's heap, sample, answer trim requests, run
  * housekeeping and start the purger, which the layers below never call up
  * to do (docs/ARCHITECTURE.md, section 0). */
-#include "hakmem_internal.h"
+#include "hakmem_chunk_map.h"
+#include "hakmem_heap.h"
+#include "hakmem_init.h"
+#include "hakmem_large.h"
+#include "hakmem_pool.h"
+#include "hakmem_profile.h"
+#include "hakmem_purge.h"
+#include "hakmem_stats.h"
+#include "hakmem_superslab.h"
+#include "hakmem_tiny.h"
 #include "box/chunk_map_box.h"
 #include "box/free_check_box.h"
 #include "box/pool_ring_box.h"
@@ -24,8 +33,6 @@ extern void  __libc_free(void *);
 extern void *__libc_realloc(void *, size_t);
 
 /* ---- allocation ------------------------------------------------------------- */
-/* Live large blocks, for mallinfo2 (hblks): the large tier is a slow path. */
-_Atomic size_t hak_large_live;
 
 /* Every large block, whatever the entry point.  The heap profiler samples
  * it here: a large block's free is a slow path already, so it needs no
@@ -77,7 +84,9 @@ static inline void purge_request_due(hak_heap_t *h) {
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
     hak_ensure_init();
     if (size <= HAK_L2_MAX) {                /* a young thread: the nursery */
-        void *q = hak_nursery_alloc(size);
+        bool kick;
+        void *q = hak_nursery_alloc(size, &kick);
+        if (kick) hak_purge_kick();
         if (q != NULL) return q;
     }
     hak_heap_t *h = hak_heap_for_thread();
@@ -238,7 +247,8 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         return;
     }
     if (s->owner == &hak_nursery_heap && h == NULL) {
-        hak_nursery_free(s, p);        /* a young thread: back where it came from */
+        /* a young thread: back where it came from */
+        if (hak_nursery_free(s, p)) hak_purge_request();
         return;
     }
     if (s->owner != h) {
@@ -293,7 +303,8 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
         if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
-        bool cached = hak_large_free(p);     /* stops on an invalid pointer */
+        /* kept for reuse only where a purger will give it back */
+        bool cached = hak_large_free(p, hak_purge_thread_running());   /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
         if (cached) hak_purge_request();
         hak_purge_inline_check();
@@ -362,7 +373,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         bool cached;
-        void *q = hak_large_realloc(p, size, &cached);
+        void *q = hak_large_realloc(p, size, &cached, hak_purge_thread_running());
         if (cached) hak_purge_request();
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
         if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);

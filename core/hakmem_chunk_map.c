@@ -8,7 +8,7 @@
  *          except where hakmem maps memory.
  *   radix: RADIX_TOP pointers (64 KiB of .bss) to leaves of RADIX_LEAF
  *          bytes, each covering 16 GiB, made on demand from metadata memory. */
-#include "hakmem_internal.h"
+#include "hakmem_chunk_map.h"
 
 uint8_t hak_chunk_map[HAK_MAP_ENTRIES];
 

@@ -14,7 +14,7 @@
  *     at most the span's size (<= 4 MiB).
  * So limit = carved * e, and a pointer below the first block wraps to a
  * huge off and fails as well. */
-#include "hakmem_internal.h"
+#include "hakmem_chunk_map.h"
 #include "box/chunk_map_box.h"
 #include "box/free_check_box.h"
 #include "box/size_class_box.h"

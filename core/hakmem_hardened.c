@@ -7,7 +7,7 @@
  * dead in the chunk map, so a late free of it is caught too.  Every failure
  * stops the process with one "hakmem: ..." line naming the problem and
  * address. */
-#include "hakmem_internal.h"
+#include "hakmem_chunk_map.h"
 
 #ifdef HAK_HARDENED
 

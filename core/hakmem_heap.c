@@ -9,7 +9,12 @@
  * notify stack, until the next new thread adopts it.  Heaps live forever
  * (recycled, never unmapped), so a remote free can always reach
  * slab->owner->notify. */
-#include "hakmem_internal.h"
+#include "hakmem_heap.h"
+#include "hakmem_pool.h"
+#include "hakmem_slab.h"
+#include "hakmem_stats.h"
+#include "hakmem_superslab.h"
+#include "hakmem_tiny.h"
 #include "box/pool_ring_box.h"
 #include "box/size_class_box.h"
 #include "box/tiny_box.h"
@@ -290,12 +295,12 @@ hak_heap_t *hak_heap_new_private(uint8_t chunk_kind) {
  * at start-up, active for good and no thread's, so it is never adopted,
  * abandoned or orphaned, and not counted among the thread heaps.  Static,
  * so it cannot fail to exist and its address is a constant. */
-hak_heap_t hak_l25_heap;
 
 static void heap_make_shared(void) {
     hak_lock(&heap_lock);
     heap_setup(&hak_l25_heap, 0);
     heap_make_private(&hak_l25_heap);
+    hak_l25_heap.l25_shared = true;
     __atomic_store_n(&hak_l25_heap.state, HAK_HEAP_ACTIVE, __ATOMIC_RELAXED);
     heap_setup(&hak_nursery_heap, 0);
     heap_make_private(&hak_nursery_heap);
@@ -322,9 +327,10 @@ static void heap_make_shared(void) {
 hak_heap_t hak_nursery_heap;
 static __thread unsigned tls_young;    /* allocations from the nursery */
 
-HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size) {
+HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size, bool *kick) {
+    *kick = false;
     if (tls_young >= HAK_NURSERY_ALLOCS || hak_tls_own_heap != NULL || tls_thread_done ||
-        hak_opt.stats || hak_profile_on ||
+        hak_opt.stats || hak_opt.profile[0] != '\0' || hak_opt.profile_leaks ||
         atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed) != 0)
         return NULL;
     tls_young++;
@@ -332,14 +338,13 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size) {
     hak_lock(&n->lock);
     n->lock_depth = 1;
     void *p = hak_heap_alloc(n, size);
-    bool kick = hak_heap_kick_due(n);
+    *kick = hak_heap_kick_due(n);
     n->lock_depth = 0;
     hak_unlock(&n->lock);
-    if (kick) hak_purge_kick();
     return p;
 }
 
-void hak_nursery_free(hak_slab_t *s, void *p) {
+bool hak_nursery_free(hak_slab_t *s, void *p) {
     hak_heap_t *n = &hak_nursery_heap;
     hak_lock(&n->lock);
     n->lock_depth = 1;
@@ -351,7 +356,7 @@ void hak_nursery_free(hak_slab_t *s, void *p) {
     bool due = hak_heap_kick_due(n);
     n->lock_depth = 0;
     hak_unlock(&n->lock);
-    if (due) hak_purge_request();      /* from free: never starts a thread */
+    return due;
 }
 
 /* h's remote frees collected and its empty slabs and SuperSlabs retired,
@@ -420,7 +425,7 @@ void hak_heap_fork_unlock_shared(void) {
 }
 
 /* The abandoned heaps give back what they hold (heap_reclaim), as `how`
- * says (HAK_RECLAIM_*, hakmem_internal.h).  Taken off the list one at a
+ * says (HAK_RECLAIM_*, hakmem_heap.h).  Taken off the list one at a
  * time while that runs and put back at its tail, so a new thread finds the
  * others there to adopt and successive calls go round; or, IN_PLACE, all
  * of them under heap_lock.  Returns, for NOTIFIED, whether it stopped with
@@ -517,7 +522,7 @@ void hak_heap_trim_self(hak_heap_t *h) {
 }
 
 /* The heap shrank to half since its rings were last flushed
- * (hak_heap_shrink_check, hakmem_internal.h): the rings go back to the
+ * (hak_heap_shrink_check, hakmem_heap.h): the rings go back to the
  * slabs. */
 void hak_heap_shrunk(hak_heap_t *h) {
     h->shrink_mark = h->slab_pages;

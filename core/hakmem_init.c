@@ -2,7 +2,14 @@
  * Start-up is lazy (hak_ensure_init, from the API's first call that needs
  * it, or the constructor below); the fork handlers hold every hakmem lock across
  * fork(). */
-#include "hakmem_internal.h"
+#include "hakmem_init.h"
+#include "hakmem_chunk_map.h"
+#include "hakmem_heap.h"
+#include "hakmem_large.h"
+#include "hakmem_profile.h"
+#include "hakmem_purge.h"
+#include "hakmem_stats.h"
+#include "hakmem_superslab.h"
 #include "hakmem_options.h"
 
 #include <pthread.h>

@@ -14,7 +14,8 @@
  * A range goes back to the OS once it has stayed unused for the purge delay
  * (hak_large_purge, from the purger), when the cache is over its byte bound
  * (oldest first), or when a mapping fails (make_room). */
-#include "hakmem_internal.h"
+#include "hakmem_large.h"
+#include "hakmem_chunk_map.h"
 #include "box/chunk_map_box.h"
 #include "hakmem_options.h"
 
@@ -65,8 +66,10 @@ static range_t cache[LARGE_CACHE_SLOTS];
 static unsigned cache_count;
 static size_t cache_bytes;
 
-/* Bytes mapped for large blocks, live or cached, for hak_get_info. */
+/* Bytes mapped for large blocks, live or cached, for hak_get_info; live
+ * blocks, for mallinfo2 (hblks: counted by the API, which frees them). */
 _Atomic size_t hak_large_mapped;
+_Atomic size_t hak_large_live;
 
 static void release(char *base, size_t len) {
     hak_chunk_retire_range(base, len);
@@ -154,12 +157,12 @@ static bool cache_evict_oldest(range_t *out) {
 
 /* A freed range: merged with cached neighbours (the merged range takes the
  * newest stamp: nothing goes back early), room made by sending the oldest
- * ranges back.  With delay 0, bigger than the whole cache, or with no
- * purger thread to give it back if the program now idles (none may be
- * made, or none was started yet: a forked child), it goes back at once.
- * Returns whether it was kept, stamped for the purger. */
-static bool cache_put(char *base, size_t len) {
-    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES || !hak_purge_thread_running()) {
+ * ranges back.  With delay 0, bigger than the whole cache, or not `keep`
+ * (the caller knows no purger would give it back if the program now
+ * idles), it goes back at once.  Returns whether it was kept, stamped for
+ * the purger. */
+static bool cache_put(char *base, size_t len, bool keep) {
+    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES || !keep) {
         release(base, len);
         return false;
     }
@@ -351,13 +354,13 @@ bool hak_large_valid(const void *p) {
     return hdr_of(p)->magic == (LARGE_MAGIC ^ (uintptr_t)p);
 }
 
-bool hak_large_free(void *p) {
+bool hak_large_free(void *p, bool keep) {
     if (!hak_large_valid(p)) hak_fatal("free(): invalid or already freed large block", p);
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
     size_t len = h->len;
     h->magic = 0;
-    return cache_put(base, len);
+    return cache_put(base, len, keep);
 }
 
 size_t hak_large_usable(const void *p) {
@@ -368,7 +371,7 @@ size_t hak_large_usable(const void *p) {
 /* Resize in place or move the pages with mremap; NULL (errno ENOMEM) leaves
  * the block intact.  A block may span several kernel mappings (gathered, or
  * made of ranges the cache merged): move_range moves it piece by piece. */
-void *hak_large_realloc(void *p, size_t size, bool *cached) {
+void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
     *cached = false;
     large_hdr_t *h = hdr_of(p);
     char *base = h->base;
@@ -382,7 +385,7 @@ void *hak_large_realloc(void *p, size_t size, bool *cached) {
     int saved = errno;
     if (new_len < len) {                       /* shrink: the tail to the cache */
         h->len = new_len;
-        *cached = cache_put(base + new_len, len - new_len);
+        *cached = cache_put(base + new_len, len - new_len, keep);
         errno = saved;
         return p;
     }

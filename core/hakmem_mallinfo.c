@@ -10,7 +10,9 @@
  * keep from being given back, not the sum of their sizes (which would cost
  * a count on every malloc and free).  The fields are listed in
  * docs/PROFILING.md. */
-#include "hakmem_internal.h"
+#include "hakmem_heap.h"
+#include "hakmem_large.h"
+#include "hakmem_superslab.h"
 
 #include <errno.h>
 #include <limits.h>

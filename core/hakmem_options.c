@@ -3,8 +3,9 @@
  * allocate); an invalid value and an unknown HAKMEM_* name each get one line
  * on stderr, and the program goes on with the default.  A secure-execution
  * process (set-user-ID) keeps every default. */
-#include "hakmem_internal.h"
+#include "hakmem_config.h"
 #include "hakmem_options.h"
+#include "hakmem_os.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,8 @@
 /* L2 ring pool (1 KiB .. 52 KiB) and the ring mechanics it shares with the
  * L2.5 pool: a per-thread LIFO ring of blocks per class (box/pool_ring_box.h)
  * refilled from, and flushed to, the heap's slabs half a ring at a time. */
-#include "hakmem_internal.h"
+#include "hakmem_pool.h"
+#include "hakmem_slab.h"
 #include "box/pool_ring_box.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"

@@ -46,7 +46,13 @@
  * handler only sets a flag; the next sampled allocation, or the exit,
  * writes PATH.N).  Files are opened by the platform layer: never through a
  * symbolic link, only regular files, never a cancellation point. */
-#include "hakmem_internal.h"
+#include "hakmem_heap.h"
+#include "hakmem_init.h"
+#include "hakmem_large.h"
+#include "hakmem_profile.h"
+#include "hakmem_purge.h"
+#include "hakmem_slab.h"
+#include "hakmem_stats.h"
 #include "hakmem_options.h"
 #include "box/chunk_map_box.h"
 #include "box/size_class_box.h"

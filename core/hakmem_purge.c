@@ -71,7 +71,12 @@
  * Locks: purge_lock (one pass at a time; fork holds it, so no heap lock is
  * held by a purge across fork) -> a heap's lock -> the cache locks.  The
  * owners never wait for purge_lock. */
-#include "hakmem_internal.h"
+#include "hakmem_purge.h"
+#include "hakmem_heap.h"
+#include "hakmem_large.h"
+#include "hakmem_slab.h"
+#include "hakmem_superslab.h"
+#include "hakmem_chunk_map.h"
 #include "hakmem_options.h"
 
 static hak_lock_t purge_lock;

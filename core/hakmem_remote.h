@@ -21,7 +21,7 @@
 #ifndef HAKMEM_REMOTE_H
 #define HAKMEM_REMOTE_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 
 /* A remote free that finds HAK_REMOTE_NOTIFY in slab->remote clears it and
  * hands the slab to its owner (heap->notify): the owner set it when it took

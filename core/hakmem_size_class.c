@@ -1,5 +1,5 @@
 /* Size-class tables and the class introspection API. */
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 #include "box/size_class_box.h"
 
 /* Indexed by (size + 15) / 16 for size <= 1024. */

@@ -6,7 +6,10 @@
  * (HAK_SLAB_PARKED in used: no block left, or its SuperSlab is DRAINING).  A
  * parked slab carries HAK_REMOTE_NOTIFY in its remote word so the first
  * remote free into it hands it back to the owner (heap->notify). */
-#include "hakmem_internal.h"
+#include "hakmem_slab.h"
+#include "hakmem_stats.h"
+#include "hakmem_superslab.h"
+#include "hakmem_chunk_map.h"
 #include "hakmem_options.h"
 #include "hakmem_remote.h"
 #include "box/chunk_map_box.h"
@@ -347,7 +350,7 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
         keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
         if (keep > 16) keep = 16;
     }
-    if (h == &hak_l25_heap) {
+    if (h->l25_shared) {
         if (shared_spares[s->cls] >= keep) return false;
         shared_spares[s->cls]++;
         return true;
@@ -463,7 +466,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
             if (s == NULL) break;
         }
         if (s->free != NULL) {
-            if (h == &hak_l25_heap && slab_used(s) == 0 && shared_spares[cls] != 0)
+            if (h->l25_shared && slab_used(s) == 0 && shared_spares[cls] != 0)
                 shared_spares[cls]--;
             got += take_run(s, n - got, room - got, chain);
         }

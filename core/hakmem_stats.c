@@ -2,7 +2,9 @@
  * heap (hakmem_heap.c), so every malloc and free takes a slow path that
  * counts it here; with stats off nothing here runs.  Counters are global
  * relaxed atomics: exact, and only paid for when asked. */
-#include "hakmem_internal.h"
+#include "hakmem_stats.h"
+#include "hakmem_large.h"
+#include "hakmem_superslab.h"
 #include "hakmem_options.h"
 #include "box/size_class_box.h"
 

@@ -19,7 +19,8 @@
  * again without a page fault; once it has stayed free for the purge delay
  * the purger decommits it (hak_ss_purge_pages, hak_ss_purge_cache).  Cached
  * SuperSlabs with nothing resident beyond SS_CACHE_MAX are unmapped. */
-#include "hakmem_internal.h"
+#include "hakmem_superslab.h"
+#include "hakmem_chunk_map.h"
 #include "box/chunk_map_box.h"
 #include "hakmem_options.h"
 
@@ -251,7 +252,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
  * the next burst of L2.5 blocks (600 threads that held a 48 B or a 100 KB
  * block per wave: 150 MiB resident after 8 waves, 50 MiB kept here). */
 static bool release_ok(hak_heap_t *h, hak_superslab_t *ss) {
-    if (h == &hak_l25_heap) return ss->dirty_pages == 0;
+    if (h->l25_shared) return ss->dirty_pages == 0;
     if (h->keep_spares == HAK_SPARES_NONE) return true;
     for (hak_superslab_t *o = h->ss_list; o != NULL; o = o->next)
         if (o != ss && o->free_pages == ~(uint64_t)0) return true;

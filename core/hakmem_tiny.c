@@ -14,7 +14,8 @@
  * from emptying; the next time it runs dry it doubles again.  At the least
  * limit an overflow sends every block back (a slow path every few frees,
  * not every other one). */
-#include "hakmem_internal.h"
+#include "hakmem_tiny.h"
+#include "hakmem_slab.h"
 #include "hakmem_options.h"
 #include "box/size_class_box.h"
 #include "box/block_link_box.h"

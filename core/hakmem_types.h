@@ -250,6 +250,10 @@ typedef struct hak_heap {
     unsigned         slow_at_attach; /* slow_count when its thread got it:
                                       how young the thread is here (take-over) */
     hak_superslab_t *sweeping;     /* being walked: not released meanwhile */
+    bool             l25_shared;   /* the heap of the L2.5 slabs, which all
+                                      threads share (hakmem_l25_pool.c): it
+                                      counts its spare slabs and keeps an empty
+                                      SuperSlab until its pages are clean    */
     uint8_t          keep_spares;  /* HAK_SPARES_*: the empty slabs and
                                       SuperSlab it keeps for the next refills */
     size_t           purge_pending; /* owner: bytes stamped for the purger
@@ -299,6 +303,32 @@ static inline unsigned hak_ss_state(const hak_superslab_t *ss) {
 
 static inline int hak_heap_state(const hak_heap_t *h) {
     return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+}
+
+/* The heap lock.  The owner takes it on its slow paths (nestable: only the
+ * owner uses lock_depth) around the state other threads' purges read and
+ * change: its SuperSlab list and page maps, and the free lists of its L2 and
+ * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
+ * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
+ * Here, with the heap: every layer from the SuperSlabs up takes it. */
+static inline void hak_heap_lock(hak_heap_t *h) {
+    if (h->lock_depth++ == 0) hak_lock(&h->lock);
+}
+static inline void hak_heap_unlock(hak_heap_t *h) {
+    if (--h->lock_depth == 0) hak_unlock(&h->lock);
+}
+
+/* The layers below reclamation only count what they stamp
+ * (h->purge_pending; a heap's second and later SuperSlabs count as
+ * HAK_PURGE_KICK_MIN each, so the purger runs before the memory it will
+ * give back is freed); whoever called them asks this when it holds no
+ * lock, and starts the purger (hak_purge_kick, or from free
+ * hak_purge_request) if h has stamped HAK_PURGE_KICK_MIN bytes since it
+ * was last asked. */
+static inline bool hak_heap_kick_due(hak_heap_t *h) {
+    if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
+    h->purge_pending = 0;
+    return true;
 }
 
 /* Free blocks of the ring classes (L2 and L2.5, 1280 B and up) carry in their

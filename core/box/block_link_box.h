@@ -13,7 +13,7 @@
 #ifndef HAK_BLOCK_LINK_BOX_H
 #define HAK_BLOCK_LINK_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 #include "box/chunk_map_box.h"
 
 /* The per-process random key (hakmem_free_check.c): encoded links and

@@ -4,7 +4,7 @@
 #ifndef HAK_CHUNK_MAP_BOX_H
 #define HAK_CHUNK_MAP_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_chunk_map.h"
 
 /* The flat byte map, read inline: the free fast path. */
 static inline unsigned hak_chunk_kind_flat(const void *p) {

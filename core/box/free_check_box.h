@@ -19,7 +19,7 @@
 #ifndef HAK_FREE_CHECK_BOX_H
 #define HAK_FREE_CHECK_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 #include "box/chunk_map_box.h"
 #include "box/block_link_box.h"
 

@@ -6,7 +6,7 @@
 #ifndef HAK_POOL_RING_BOX_H
 #define HAK_POOL_RING_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 #include "box/block_link_box.h"
 #include "box/profile_box.h"
 

@@ -9,7 +9,7 @@
 #ifndef HAK_PROFILE_BOX_H
 #define HAK_PROFILE_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 
 /* Jumps to `label` when this allocation is to be sampled.  gcc makes a load,
  * a subtraction, a store and a test of the C form; the asm is the `subq` on

@@ -10,11 +10,15 @@
 #ifndef HAK_SIZE_CLASS_BOX_H
 #define HAK_SIZE_CLASS_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 
 extern const uint8_t  hak_tiny_class_of[HAK_TINY_MAX / 16 + 1];
 extern const uint8_t  hak_mid_class_of[HAK_L25_MAX / 256 + 1];
 extern const uint32_t hak_class_block_size[HAK_NUM_CLASSES];
+/* A slab of class cls spans this many 64 KiB pages, aligned to this many
+ * (hakmem_size_class.c). */
+HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
+HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
 
 static inline unsigned hak_tiny_class(size_t size) {
     return hak_tiny_class_of[(size + 15) >> 4];

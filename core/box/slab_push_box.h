@@ -4,7 +4,7 @@
 #ifndef HAK_SLAB_PUSH_BOX_H
 #define HAK_SLAB_PUSH_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_slab.h"
 #include "box/block_link_box.h"
 
 /* Most frees that leave the fast path go into a parked slab that stays

@@ -5,7 +5,7 @@
 #ifndef HAK_TINY_BOX_H
 #define HAK_TINY_BOX_H
 
-#include "hakmem_internal.h"
+#include "hakmem_types.h"
 #include "box/block_link_box.h"
 #include "box/size_class_box.h"
 #include "box/profile_box.h"

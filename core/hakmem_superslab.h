@@ -1,0 +1,21 @@
+/* SuperSlabs (hakmem_superslab.c): spans of 64 KiB pages in a heap's 4 MiB
+ * SuperSlabs, their HOT / DRAINING / FREE states, the cache of empty ones,
+ * and their free pages given back by time. */
+#ifndef HAKMEM_SUPERSLAB_H
+#define HAKMEM_SUPERSLAB_H
+
+#include "hakmem_types.h"
+
+HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
+                                          bool page0, bool *revived);
+HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
+HAK_INTERNAL uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now,
+                                         uint32_t delay);
+HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
+HAK_INTERNAL bool hak_ss_trim_cache(void);
+HAK_INTERNAL extern _Atomic size_t hak_ss_count[3];
+HAK_INTERNAL void hak_ss_lock_all(void);
+HAK_INTERNAL void hak_ss_unlock_all(void);
+
+#endif /* HAKMEM_SUPERSLAB_H */
