@@ -42,6 +42,12 @@ static hak_lock_t ss_cache_lock;
 static hak_superslab_t *ss_cache;      /* most recently emptied first */
 static unsigned ss_cache_count;
 
+/* A heap's count of resident free pages: written under its lock, read by
+ * mallinfo2 without it (hak_heap_page_counts). */
+static inline void dirty_add(hak_heap_t *h, int n) {
+    __atomic_store_n(&h->dirty_count, (unsigned)((int)h->dirty_count + n), __ATOMIC_RELAXED);
+}
+
 /* Page 0 keeps the header's own OS pages. */
 static void decommit_pages(hak_superslab_t *ss, uint64_t pages) {
     if (pages & 1) {
@@ -70,7 +76,7 @@ static uint64_t pages_due(const hak_superslab_t *ss, uint32_t now, uint32_t dela
 }
 
 static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
-    h->dirty_count += (unsigned)__builtin_popcountll(ss->dirty_pages);
+    dirty_add(h, (int)__builtin_popcountll(ss->dirty_pages));
     ss->prev = NULL;
     ss->next = h->ss_list;
     if (h->ss_list) h->ss_list->prev = ss;
@@ -79,7 +85,7 @@ static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
 }
 
 static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
-    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages);
+    dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages));
     if (ss->prev) ss->prev->next = ss->next; else h->ss_list = ss->next;
     if (ss->next) ss->next->prev = ss->prev;
     h->ss_count--;
@@ -233,7 +239,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
-    h->dirty_count -= (unsigned)__builtin_popcountll(ss->dirty_pages & want);
+    dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages & want));
     ss->dirty_pages &= ~want;
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     __atomic_store_n(&h->slab_pages, h->slab_pages + npages, __ATOMIC_RELAXED);   /* mallinfo2 */
@@ -275,7 +281,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     } else {
         uint32_t now = hak_now_ms();
         for (unsigned i = 0; i < s->npages; i++) ss->dirty_at[idx + i] = now;
-        h->dirty_count += (unsigned)__builtin_popcountll(bits & ~ss->dirty_pages);
+        dirty_add(h, (int)__builtin_popcountll(bits & ~ss->dirty_pages));
         ss->dirty_pages |= bits;
         h->purge_pending += (size_t)s->npages << HAK_PAGE_SHIFT;
     }
@@ -303,7 +309,7 @@ uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now, ui
     if (due != 0) {
         decommit_pages(ss, due);
         ss->dirty_pages &= ~due;
-        h->dirty_count -= (unsigned)__builtin_popcountll(due);
+        dirty_add(h, -(int)__builtin_popcountll(due));
     }
     return wait;
 }
