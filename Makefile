@@ -40,8 +40,14 @@ CFLAGS_LIB := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fvisibility=hidden \
               -fno-builtin-malloc -fno-builtin-free \
               $(OPT) $(WARN) $(KNOBS) -Icore $(EXTRA_CFLAGS)
 
-CORE_SRC := $(wildcard core/*.c)
-CORE_HDR := $(wildcard core/*.h core/box/*.h)
+# core/*.c and the heap profiler's folder, core/profile/*.c (objects in
+# $(OBJDIR)/profile/).  The profiler's objects link where its one file,
+# core/hakmem_profile.c, did, before hakmem_purge.o: destructors run in the
+# reverse of the link order, so the stats report at exit (hakmem_stats.c)
+# still comes out before the profile and the leak report.
+PROFILE_SRC := $(wildcard core/profile/*.c)
+CORE_SRC := $(foreach f,$(wildcard core/*.c),$(if $(filter core/hakmem_purge.c,$(f)),$(PROFILE_SRC)) $(f))
+CORE_HDR := $(wildcard core/*.h core/box/*.h core/profile/*.h)
 CORE_OBJ := $(patsubst core/%.c,$(OBJDIR)/%.o,$(CORE_SRC))
 
 .PHONY: all lib test check soak bench bench-full install uninstall clean benches tests sanitize fuzz
@@ -75,6 +81,7 @@ $(shell mkdir -p $(OBJDIR); echo '$(CC) $(CFLAGS_LIB)' | cmp -s - $(FLAGS_STAMP)
         echo '$(CC) $(CFLAGS_LIB)' > $(FLAGS_STAMP))
 
 $(OBJDIR)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP) | $(OBJDIR)
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
 $(OBJDIR):
@@ -85,6 +92,7 @@ $(shell mkdir -p $(OBJDIR_H); echo '$(CC) $(CFLAGS_LIB)' | cmp -s - $(FLAGS_STAM
         echo '$(CC) $(CFLAGS_LIB)' > $(FLAGS_STAMP_H))
 
 $(OBJDIR_H)/%.o: core/%.c $(CORE_HDR) Makefile $(FLAGS_STAMP_H)
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) -DHAK_HARDENED=1 -c $< -o $@
 
 libhakmem_hardened.so: $(CORE_OBJ_H)

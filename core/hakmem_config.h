@@ -27,7 +27,7 @@
 /* The functions a sampled allocation passes through inside hakmem (the
  * inline fast paths too, for builds that do not inline them): their own
  * section, so the heap profiler drops their frames from a stack by address
- * (hakmem_profile.c).  (A function with a section of its own is also never
+ * (core/profile/).  (A function with a section of its own is also never
  * split into hot and cold parts.) */
 #define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
 
@@ -80,7 +80,7 @@
  * keeps it reserved a while); a pointer into it is a stale one.  Any new
  * mapping of hakmem's there tags it again.
  * HAK_CHUNK_PROF: a SuperSlab of one of the heap profiler's heaps, which
- * serve the sampled blocks (hakmem_profile.c): the free fast path takes only
+ * serve the sampled blocks (core/profile/): the free fast path takes only
  * HAK_CHUNK_SS, so a sampled block's free reaches free_cold, which hands it
  * to the profiler; everything else treats it as a SuperSlab. */
 enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD = 3,

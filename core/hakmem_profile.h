@@ -1,4 +1,4 @@
-/* The heap profiler's API (hakmem_profile.c; fast-path part:
+/* The heap profiler's API (core/profile/, its README; fast-path part:
  * box/profile_box.h).  hak_profile_on: sampling is on (HAKMEM_PROFILE or
  * HAKMEM_PROFILE_LEAKS), set once at start-up. */
 #ifndef HAKMEM_PROFILE_H

@@ -212,7 +212,7 @@ enum {
 
 typedef struct hak_heap {
     /* Bytes the thread may still allocate before the next heap-profile
-     * sample (hakmem_profile.c): every malloc fast path subtracts its
+     * sample (core/profile/): every malloc fast path subtracts its
      * request size and goes to hak_profile_alloc when this turns negative.
      * INT64_MAX while profiling is off, so it never does; 0 in a new heap,
      * so its first allocation sets it (prof_ready). */
@@ -284,7 +284,7 @@ typedef struct hak_heap {
     size_t           shrink_mark;  /* most slab_pages since the rings were
                                       last flushed (hak_heap_shrink_check) */
     struct hak_prof *prof;         /* the heap profiler's state of this heap
-                                      (hakmem_profile.c), made with sample_left;
+                                      (core/profile/), made with sample_left;
                                       in a heap of sampled blocks, the state of
                                       the heap it serves                    */
     bool             prof_ready;   /* sample_left set for this process     */

@@ -84,7 +84,7 @@ BIN="$OUT/fuzz_api"
 STAMP="$OUT/.flags"
 mkdir -p "$OUT/obj" "$OUT/artifacts"
 
-flags_now="$CLANG | $LIB_FLAGS | $HARNESS_FLAGS | $(ls core/*.c | tr '\n' ' ')"
+flags_now="$CLANG | $LIB_FLAGS | $HARNESS_FLAGS | $(ls core/*.c core/profile/*.c | tr '\n' ' ')"
 need_build=0
 if [ ! -x "$BIN" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$flags_now" ] ||
    [ -n "$(find core tests/fuzz/fuzz_api.c -newer "$BIN" \( -name '*.c' -o -name '*.h' \) 2>/dev/null | head -n 1)" ]; then
@@ -97,8 +97,9 @@ if [ "$need_build" = 1 ]; then
   : >"$BUILD_LOG"
   jobs=$(nproc 2>/dev/null || echo 2)
   # shellcheck disable=SC2086
-  if ! printf '%s\n' core/*.c | xargs -P "$jobs" -I{} sh -c \
-       'f="$1"; o="$2/obj/$(basename "$f" .c).o"; $3 $4 -c "$f" -o "$o" >>"$2/build.log" 2>&1 || { echo "FAILED: $f" >>"$2/build.log"; exit 1; }' \
+  # core/profile/sample.c -> obj/profile_sample.o
+  if ! printf '%s\n' core/*.c core/profile/*.c | xargs -P "$jobs" -I{} sh -c \
+       'f="$1"; n="${f#core/}"; o="$2/obj/$(echo "${n%.c}" | tr / _).o"; $3 $4 -c "$f" -o "$o" >>"$2/build.log" 2>&1 || { echo "FAILED: $f" >>"$2/build.log"; exit 1; }' \
        sh {} "$OUT" "$CLANG" "$LIB_FLAGS"; then
     echo "run_fuzz: building hakmem failed:" >&2
     tail -n 40 "$BUILD_LOG" >&2

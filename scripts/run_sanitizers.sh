@@ -6,7 +6,8 @@
 # For each sanitizer (SAN_KINDS, default "ubsan tsan ubsan-hardened
 # tsan-hardened"; a -hardened kind builds the hardened flavour,
 # -DHAK_HARDENED=1, tests included) builds hakmem as a
-# plain library (core/*.c with -DHAK_NO_INTERPOSE: only the hak_* names) and
+# plain library (core/*.c and core/profile/*.c with -DHAK_NO_INTERPOSE: only
+# the hak_* names) and
 # every tests/unit/*.c with -DHAK_TEST_HAK_ONLY (tier_common.h: the API_STD
 # variants and the tests about the libc names are skipped, since malloc & co.
 # are the sanitizer's here), all with the sanitizer's flags, into
@@ -131,8 +132,9 @@ build_kind() {
   local lib_flags="$BASE $flags -DHAK_NO_INTERPOSE -fvisibility=hidden -ftls-model=initial-exec -Icore -w ${SAN_CFLAGS:-}"
   local test_flags="$BASE $flags -DHAK_TEST_HAK_ONLY -Wall -Wextra -Icore -Itests"
   # shellcheck disable=SC2016
-  if ! printf '%s\n' core/*.c | xargs -P "$JOBS" -I{} sh -c \
-       'o="$2/obj/$(basename "$1" .c).o"; $3 $4 -c "$1" -o "$o" >>"$2/build.log" 2>&1 || { echo "FAILED: $1" >>"$2/build.log"; exit 1; }' \
+  # core/profile/sample.c -> obj/profile_sample.o
+  if ! printf '%s\n' core/*.c core/profile/*.c | xargs -P "$JOBS" -I{} sh -c \
+       'n="${1#core/}"; o="$2/obj/$(echo "${n%.c}" | tr / _).o"; $3 $4 -c "$1" -o "$o" >>"$2/build.log" 2>&1 || { echo "FAILED: $1" >>"$2/build.log"; exit 1; }' \
        sh {} "$dir" "$CC" "$lib_flags"; then
     echo "run_sanitizers: [$kind] building hakmem failed:" >&2; tail -n 40 "$log" >&2; return 1
   fi
