@@ -97,6 +97,7 @@ static void hak_init(void) {
     hak_profile_init();
     hak_free_check_init();
     hak_heap_init(thread_exit);
+    hak_purge_init();
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

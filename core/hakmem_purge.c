@@ -39,14 +39,17 @@
  * forked child whose parent had one starts its own at fork (a daemon's
  * child may only free, then idle).
  *
- * No purger running (none may be made: HAKMEM_PURGE_THREAD=0, or auto
+ * No purger for good (none may be made: HAKMEM_PURGE_THREAD=0, or auto
  * under a seccomp filter, which may kill the process for its clone; none
- * can be made: limits; or none started yet): the slow paths of malloc and
- * free run its pass themselves once one is due (hak_purge_inline, one
- * relaxed load while nothing is), and a large block goes back at its free
- * (hakmem_large.c), since a program that frees and then idles runs no slow
- * path.  Smaller blocks freed just before it idles stay until it comes
- * back, as with jemalloc without its background thread.
+ * can be made: limits): a program that frees and then idles would run no
+ * slow path to give back what it freed, so nothing waits for a delay:
+ * memory goes back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0
+ * (no_thread_for_good sets it), as glibc's trim does.  No purger running
+ * yet or any more (it idled out): the slow paths of malloc and free run its
+ * pass themselves once one is due (hak_purge_inline, one relaxed load while
+ * nothing is), and a large block goes back at its free (hakmem.c tells
+ * hakmem_large.c), since a program that frees and then idles runs no slow
+ * path.
  *
  * Exited threads' heaps keep their Tiny caches, an empty slab per class
  * and an empty SuperSlab, warm for the next thread; a delay after their
@@ -226,21 +229,38 @@ static void inline_schedule(uint32_t ms) {
         atomic_store_explicit(&hak_purge_inline_due, due, memory_order_relaxed);
 }
 
+/* No purger thread, for good (none may be made, or the OS would not make
+ * one): a program that frees and then idles would run no slow path to give
+ * back what it freed, so nothing waits for a delay any more: memory goes
+ * back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0 (and as glibc's
+ * trim does).  What was stamped before goes at the next slow path. */
+static void no_thread_for_good(void) {
+    purge_no_thread = true;
+    __atomic_store_n(&hak_opt.purge_delay_ms, 0, __ATOMIC_RELAXED);
+    atomic_store_explicit(&hak_purge_inline_due, hak_now_ms() | 1, memory_order_relaxed);
+}
+
+/* Start-up: HAKMEM_PURGE_THREAD=0 is known now; a seccomp filter (which
+ * the program may also install later) is read when a purger would start. */
+void hak_purge_init(void) {
+    if (hak_opt.purge_thread == HAK_PURGE_THREAD_OFF) no_thread_for_good();
+}
+
 /* Something was stamped: make sure someone will give it back.  Called with
  * no hakmem lock held (pthread_create allocates). */
 void hak_purge_kick(void) {
     if (hak_opt.purge_delay_ms == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
-    if (!purge_no_thread && !thread_allowed()) purge_no_thread = true;
-    if (!purge_no_thread) {
-        atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
-        int expected = 0;
-        if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
-        if (purger_start()) return;
-        purge_no_thread = true;
-        atomic_store(&purger_running, 0);
+    if (!thread_allowed()) {
+        no_thread_for_good();
+        return;
     }
-    inline_schedule((uint32_t)hak_opt.purge_delay_ms);
+    atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
+    if (purger_start()) return;
+    atomic_store(&purger_running, 0);
+    no_thread_for_good();
 }
 
 /* The same from free: never starts a thread (see the top of this file).

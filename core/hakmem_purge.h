@@ -30,6 +30,7 @@ static inline void hak_purge_inline_check(void) {
     if (hak_unlikely(atomic_load_explicit(&hak_purge_inline_due, memory_order_relaxed) != 0))
         hak_purge_inline();
 }
+HAK_INTERNAL void hak_purge_init(void);
 HAK_INTERNAL bool hak_purge_everything(void);
 HAK_INTERNAL void hak_purge_wake(void);
 HAK_INTERNAL void hak_purge_fork_prepare(void);

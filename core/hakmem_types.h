@@ -37,8 +37,10 @@
  * 1 s), so memory reused sooner is never faulted in again.  A purger thread
  * does it, existing only while something is stamped; it reaches a live
  * heap through that heap's lock, which the owner takes only on slow paths.
- * Where no purger runs (HAKMEM_PURGE_THREAD, a seccomp filter), the slow
- * paths of malloc and free do it, and large blocks go back at their free.
+ * Where no purger may run (HAKMEM_PURGE_THREAD, a seccomp filter), memory
+ * goes back where it is freed (the delay becomes 0); where none runs yet,
+ * the slow paths of malloc and free do it, and large blocks go back at
+ * their free.
  * malloc_trim does the same at once for every heap.  Where the kernel
  * refuses to give pages back (locked memory, a sandbox), they stay, and
  * calloc writes the zeros itself.
