@@ -13,6 +13,12 @@
 # other allocator of each benchmark, plus a chart of the ratios in
 # OUT/latest.png.  Any other allocator can be added as NAME=/path/lib.so.
 #
+# --suite mimalloc-bench runs the programs of mimalloc-bench (found at
+# ../shared/mimalloc-bench, never needed to build or test: without it the
+# mode says so and exits 0) with the suite's own arguments at P = nproc,
+# written to OUT/suite.md and .tsv.  --threads 1,4,8,16 runs the threaded
+# rows at each thread count into OUT/scaling.md, .tsv and .png.
+#
 # Exit status: 0 all went well; 1 something failed (unknown allocator, missing
 # binary or library, a run that crashed, timed out or printed no result);
 # 2 bad command line.  A peer allocator that is not installed (and cannot be
@@ -55,8 +61,37 @@ usage: scripts/bench_compare.sh [options]
                       HEAD, with -dirty when core/ or the Makefile have
                       uncommitted changes); for a library built elsewhere
   --no-install        never install missing packages
-  --no-chart          do not draw the chart (latest.png)
+  --no-chart          do not draw the chart (latest.png, scaling.png)
   -h, --help          this text
+
+Other rows (same allocators, interleaving, medians and paired column):
+  --suite mimalloc-bench
+                      the mimalloc-bench programs with the suite's own
+                      arguments at P = nproc (rows: cfrac espresso barnes
+                      larsonN larsonN-sized alloc-test1 alloc-testN
+                      xmalloc-testN cache-scratch1 cache-scratchN
+                      cache-thrash1 cache-thrashN mstressN rptestN
+                      glibc-simple glibc-thread malloc-large mleak10
+                      mleak100; a program missing from bin/ is skipped with
+                      a note).  Writes OUT/suite.md and OUT/suite.tsv.
+                      Without the suite: one line, exit 0.
+  --suite-dir DIR     where the suite is (default: ../shared/mimalloc-bench
+                      beside the repository, or \$BENCH_SUITE_DIR)
+  --threads LIST      thread scaling, e.g. 1,4,8,16: at each count the
+                      suite's larson, xmalloc-test, mstress, glibc-thread,
+                      alloc-test (at most 16), cache-scratch (skipped
+                      without the suite) and bench/larson.  Writes
+                      OUT/scaling.md, .tsv and .png (gnuplot).
+  --seconds S         --suite / --threads: seconds of the fixed-time
+                      programs (suite larson and xmalloc-test: default 5,
+                      the suite's; bench/larson: 2; --quick: 1 for all)
+  Timed rows (wall seconds, lower is better) and rate rows (larson's
+  Throughput, xmalloc-test's free/sec, glibc-thread's iterations: higher is
+  better) both get speed ratios: above 1, hakmem is faster (for times:
+  other's seconds / hakmem's).  Peak RSS and minor faults are the whole
+  process's (/usr/bin/time %M, %R).  --only takes these row names (for
+  --threads: larson-suite larson xmalloc-test mstress glibc-thread
+  alloc-test cache-scratch).
 
 Benchmark ids (docs/benchmarks/README.md describes each):
   random_mixed_ws400 random_mixed_ws8192 random_mixed_ws65536
@@ -79,7 +114,8 @@ say()  { echo "$PROG: $*" >&2; }
 # ---------------------------------------------------------------- options
 RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; EXTRA_LIST=""; QUICK=0; OUT=""
 CALLGRIND=0; CG_CYCLES=200000; ONLY=""; TIMEOUT=""; BENCH_DIR="$REPO/build/bench"
-HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""; NAME=latest
+HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""; NAME=""
+SUITE=""; SUITE_DIR=${BENCH_SUITE_DIR:-"$REPO/../shared/mimalloc-bench"}; THREADS=""; XSECONDS=""
 ORIG_CMD="scripts/bench_compare.sh"
 for a in "$@"; do
     if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then ORIG_CMD+=" $a"; else ORIG_CMD+=" '${a//\'/\'\\\'\'}'"; fi
@@ -112,6 +148,14 @@ while [ $# -gt 0 ]; do
         --hakmem-lib=*) HAKMEM_LIB=${1#*=}; shift ;;
         --commit)      need_arg "$@"; COMMIT_LABEL=$2; shift 2 ;;
         --commit=*)    COMMIT_LABEL=${1#*=}; shift ;;
+        --suite)       need_arg "$@"; SUITE=$2; shift 2 ;;
+        --suite=*)     SUITE=${1#*=}; shift ;;
+        --suite-dir)   need_arg "$@"; SUITE_DIR=$2; shift 2 ;;
+        --suite-dir=*) SUITE_DIR=${1#*=}; shift ;;
+        --threads)     need_arg "$@"; THREADS=$2; shift 2 ;;
+        --threads=*)   THREADS=${1#*=}; shift ;;
+        --seconds)     need_arg "$@"; XSECONDS=$2; shift 2 ;;
+        --seconds=*)   XSECONDS=${1#*=}; shift ;;
         --no-install)  INSTALL=0; shift ;;
         --no-chart)    CHART=0; shift ;;
         -h|--help)     usage; exit 0 ;;
@@ -127,6 +171,18 @@ if [ -z "$TIMEOUT" ]; then
     if [ $CALLGRIND = 1 ]; then TIMEOUT=600; elif [ $QUICK = 1 ]; then TIMEOUT=30; else TIMEOUT=120; fi
 fi
 is_posint "$TIMEOUT"   || die_usage "--timeout wants a positive number of seconds, not '$TIMEOUT'"
+case "$SUITE" in ""|mimalloc-bench) ;; *) die_usage "--suite knows only mimalloc-bench, not '$SUITE'" ;; esac
+[ -n "$SUITE" ] && [ -n "$THREADS" ] && die_usage "--suite and --threads are separate runs: give one of them"
+{ [ -n "$SUITE" ] || [ -n "$THREADS" ]; } && [ $CALLGRIND = 1 ] && die_usage "--callgrind does not go with --suite or --threads"
+if [ -n "$THREADS" ]; then
+    THREADS=$(echo "$THREADS" | tr ',' ' ' | xargs)
+    [ -n "$THREADS" ] || die_usage "--threads wants a list of thread counts, e.g. 1,4,8,16"
+    for t in $THREADS; do is_posint "$t" || die_usage "--threads wants positive integers, not '$t'"; done
+fi
+[ -z "$XSECONDS" ] || is_posint "$XSECONDS" || die_usage "--seconds wants a positive integer, not '$XSECONDS'"
+if [ -z "$NAME" ]; then
+    if [ -n "$SUITE" ]; then NAME=suite; elif [ -n "$THREADS" ]; then NAME=scaling; else NAME=latest; fi
+fi
 [[ "$NAME" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die_usage "--name wants a file name stem (letters, digits, . _ -), not '$NAME'"
 [ $QUICK = 1 ] && INSTALL=0
 if [ -z "$OUT" ]; then
@@ -134,6 +190,15 @@ if [ -z "$OUT" ]; then
 fi
 case "$BENCH_DIR" in /*) ;; *) BENCH_DIR="$PWD/$BENCH_DIR" ;; esac
 case "$HAKMEM_LIB" in /*) ;; *) HAKMEM_LIB="$PWD/$HAKMEM_LIB" ;; esac
+# The suite is a measuring tool beside the project, never a requirement:
+# without it --suite says so and skips (exit 0); --threads runs its own rows.
+case "$SUITE_DIR" in /*) ;; *) SUITE_DIR="$PWD/$SUITE_DIR" ;; esac
+HAVE_SUITE=0
+[ -d "$SUITE_DIR/bin" ] && HAVE_SUITE=1 && SUITE_DIR=$(cd "$SUITE_DIR" && pwd)
+if [ -n "$SUITE" ] && [ $HAVE_SUITE = 0 ]; then
+    echo "$PROG: --suite mimalloc-bench skipped: no suite at $SUITE_DIR/bin (--suite-dir DIR or BENCH_SUITE_DIR)"
+    exit 0
+fi
 mkdir -p "$OUT" || { say "cannot create output directory $OUT"; exit 1; }
 OUT=$(cd "$OUT" && pwd)
 
@@ -289,6 +354,515 @@ elif [ $CALLGRIND = 0 ]; then
 fi
 command -v timeout >/dev/null 2>&1 || { say "'timeout' (coreutils) is required"; exit 1; }
 
+# ---------------------------------------------------------------- machine
+commit_id() {
+    local c
+    c=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null) || { echo "(no commit)"; return; }
+    if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- core Makefile 2>/dev/null)" ]; then
+        c+="-dirty"
+    fi
+    echo "$c"
+}
+COMMIT=${COMMIT_LABEL:-$(commit_id)}
+CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+NCPU=$(nproc 2>/dev/null || echo "?")
+MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null)
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
+KERNEL=$(uname -sr)
+GLIBC=$(ldd --version 2>/dev/null | head -n1 | sed 's/^ldd //')
+DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+peer_versions() {
+    local a out=""
+    for a in "${ALLOCS[@]}"; do
+        case "$a" in mimalloc|jemalloc|tcmalloc)
+            # shellcheck disable=SC2046  # two words: package and soname
+            set -- $(peer_pkg "$a")
+            out+="$a $(dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'), " ;;
+        esac
+        [ -n "${EXTRA_PATH[$a]:-}" ] && out+="$a = ${EXTRA_PATH[$a]}, "
+    done
+    echo "${out%, }"
+}
+PEERS_V=$(peer_versions)
+fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
+
+# ================================================================ suite and scaling modes
+# --suite mimalloc-bench: the suite's programs with its own arguments at
+# P = nproc.  --threads LIST: the threaded rows at each thread count.  Same
+# allocators, interleaving and medians as the rows below, but each row says
+# whether it is timed (seconds, lower is better) or prints a rate (higher is
+# better); every ratio here is a speed ratio: above 1, hakmem is faster.
+if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
+    if [ $HAVE_HAKMEM = 0 ] && [ "$REF" = hakmem-static ]; then REF=hakmem; fi
+    XALLOCS=()
+    for a in "${ALLOCS[@]}"; do
+        if [ "$a" = hakmem-static ]; then
+            note "hakmem-static left out: the suite's programs cannot be relinked, so --suite and --threads preload only"
+            continue
+        fi
+        XALLOCS+=("$a")
+    done
+    [ ${#XALLOCS[@]} -gt 0 ] || { say "no usable allocator left; nothing to run"; exit 1; }
+    ALLOCS=("${XALLOCS[@]}")
+    SUITE_BIN="$SUITE_DIR/bin"
+    P=$(nproc 2>/dev/null || echo 1)
+    if [ $QUICK = 1 ]; then S_SUITE=${XSECONDS:-1}; S_OWN=${XSECONDS:-1}; else S_SUITE=${XSECONDS:-5}; S_OWN=${XSECONDS:-2}; fi
+    # rows: id | group | threads | kind (suite: bin/PROG in the suite, run
+    # from bin/; own: build/bench/PROG_system) | program | arguments |
+    # metric (time: wall seconds; tput: 'Throughput = N'; xmalloc: 'free/sec:
+    # N M'; iter: 'N iterations') | stdin | label
+    XTABLE=""
+    xrow() { XTABLE+="$1"$'\n'; }
+    if [ -n "$SUITE" ]; then
+        AT=$(( P < 16 ? P : 16 ))
+        xrow "cfrac|cfrac|1|suite|cfrac|17545186520507317056371138836327483792789528|time||cfrac"
+        xrow "espresso|espresso|1|suite|espresso|../input/largest.espresso|time||espresso"
+        xrow "barnes|barnes|1|suite|barnes||time|../input/barnes.input|barnes"
+        xrow "larsonN|larsonN|$P|suite|larson|$S_SUITE 8 1000 5000 100 4141 $P|tput||larsonN"
+        xrow "larsonN-sized|larsonN-sized|$P|suite|larson-sized|$S_SUITE 8 1000 5000 100 4141 $P|tput||larsonN-sized"
+        xrow "alloc-test1|alloc-test1|1|suite|alloc-test|1|time||alloc-test1"
+        xrow "alloc-testN|alloc-testN|$AT|suite|alloc-test|$AT|time||alloc-testN"
+        xrow "xmalloc-testN|xmalloc-testN|$P|suite|xmalloc-test|-w $P -t $S_SUITE -s 64|xmalloc||xmalloc-testN"
+        xrow "cache-scratch1|cache-scratch1|1|suite|cache-scratch|1 1000 1 2000000 $P|time||cache-scratch1"
+        xrow "cache-scratchN|cache-scratchN|$P|suite|cache-scratch|$P 1000 1 2000000 $P|time||cache-scratchN"
+        xrow "cache-thrash1|cache-thrash1|1|suite|cache-thrash|1 1000 1 2000000 $P|time||cache-thrash1"
+        xrow "cache-thrashN|cache-thrashN|$P|suite|cache-thrash|$P 1000 1 2000000 $P|time||cache-thrashN"
+        xrow "mstressN|mstressN|$P|suite|mstress|$P 50 25|time||mstressN"
+        xrow "rptestN|rptestN|$P|suite|rptest|$P 0 1 2 500 1000 100 8 16000|time||rptestN"
+        xrow "glibc-simple|glibc-simple|1|suite|glibc-simple||time||glibc-simple"
+        xrow "glibc-thread|glibc-thread|$P|suite|glibc-thread|$P|iter||glibc-thread"
+        xrow "malloc-large|malloc-large|1|suite|malloc-large||time||malloc-large"
+        xrow "mleak10|mleak10|10|suite|mleak|5|time||mleak10"
+        xrow "mleak100|mleak100|10|suite|mleak|50|time||mleak100"
+    else
+        # group by group, each at every thread count, so that one row's
+        # table is measured in one stretch of time
+        for t in $THREADS; do xrow "larson-suite@$t|larson-suite|$t|suite|larson|$S_SUITE 8 1000 5000 100 4141 $t|tput||larson (suite) $t threads"; done
+        for t in $THREADS; do xrow "larson@$t|larson|$t|own|larson|$S_OWN 8 1000 1000 10 42 $t|tput||larson (bench/) $t chains"; done
+        for t in $THREADS; do xrow "xmalloc-test@$t|xmalloc-test|$t|suite|xmalloc-test|-w $t -t $S_SUITE -s 64|xmalloc||xmalloc-test $t threads"; done
+        for t in $THREADS; do xrow "mstress@$t|mstress|$t|suite|mstress|$t 50 25|time||mstress $t threads"; done
+        for t in $THREADS; do xrow "glibc-thread@$t|glibc-thread|$t|suite|glibc-thread|$t|iter||glibc-thread $t threads"; done
+        for t in $THREADS; do
+            at=$(( t < 16 ? t : 16 ))
+            xrow "alloc-test@$t|alloc-test|$at|suite|alloc-test|$at|time||alloc-test $at threads"
+        done
+        for t in $THREADS; do xrow "cache-scratch@$t|cache-scratch|$t|suite|cache-scratch|$t 1000 1 2000000 $t|time||cache-scratch $t threads"; done
+        note "bench_xthread is not in the scaling rows: it always runs one producer and one consumer thread (bench/bench_xthread.c takes no thread count)"
+        [ $HAVE_SUITE = 0 ] && note "the mimalloc-bench rows are skipped: no suite at $SUITE_DIR/bin (--suite-dir DIR or BENCH_SUITE_DIR); only the bench/ rows run"
+    fi
+    X_ID=(); X_GROUP=(); X_T=(); X_KIND=(); X_BIN=(); X_ARGS=(); X_METRIC=(); X_IN=(); X_LABEL=()
+    declare -A KNOWN_X=() SKIPPED_X=()
+    while IFS='|' read -r id grp thr kind bin args metric stdin label; do
+        [ -n "$id" ] || continue
+        KNOWN_X[$grp]=1; KNOWN_X[$id]=1
+        if [ -n "$ONLY" ] && ! [[ " $(echo "$ONLY" | tr ',' ' ') " == *" $grp "* || " $(echo "$ONLY" | tr ',' ' ') " == *" $id "* ]]; then continue; fi
+        if [ "$kind" = suite ]; then
+            [ $HAVE_SUITE = 1 ] || continue
+            if [ ! -x "$SUITE_BIN/$bin" ]; then
+                [ -n "${SKIPPED_X[$bin]:-}" ] || note "$grp skipped: $SUITE_BIN/$bin does not exist"
+                SKIPPED_X[$bin]=1; continue
+            fi
+        elif [ ! -x "$BENCH_DIR/${bin}_system" ]; then
+            fail "$id: missing binary: $BENCH_DIR/${bin}_system (run 'make benches'); benchmark skipped"; continue
+        fi
+        X_ID+=("$id"); X_GROUP+=("$grp"); X_T+=("$thr"); X_KIND+=("$kind"); X_BIN+=("$bin")
+        X_ARGS+=("$args"); X_METRIC+=("$metric"); X_IN+=("$stdin"); X_LABEL+=("$label")
+    done <<< "$XTABLE"
+    if [ -n "$ONLY" ]; then
+        for id in $(echo "$ONLY" | tr ',' ' '); do
+            [ -n "${KNOWN_X[$id]:-}" ] || fail "unknown benchmark id '$id' in --only; ignored"
+        done
+    fi
+    if [ ${#X_ID[@]} -eq 0 ]; then say "no benchmark to run"; exit $FAILED; fi
+
+    # snapshot of libhakmem.so and of the bench/ binaries (the suite's are not rebuilt)
+    SNAP="$WORK/snap"; mkdir -p "$SNAP"
+    declare -A SHOWLIB=()
+    for a in "${ALLOCS[@]}"; do SHOWLIB[$a]=${LIB[$a]}; done
+    for i in "${!X_ID[@]}"; do
+        [ "${X_KIND[$i]}" = own ] || continue
+        f="${X_BIN[$i]}_system"
+        [ -e "$SNAP/$f" ] || cp -p "$BENCH_DIR/$f" "$SNAP/$f" || { say "cannot copy $BENCH_DIR/$f"; exit 1; }
+    done
+    if [ $HAVE_HAKMEM = 1 ]; then
+        cp -p "$HAKMEM_LIB" "$SNAP/libhakmem.so" || { say "cannot copy $HAKMEM_LIB"; exit 1; }
+        LIB[hakmem]="$SNAP/libhakmem.so"
+    fi
+    if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && command -v make >/dev/null 2>&1; then
+        make -C "$REPO" -q lib benches >/dev/null 2>&1
+        [ $? = 1 ] && note "the build is older than the sources (run 'make lib benches'): these results are for the binaries as built"
+    fi
+    if awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
+        note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
+    fi
+    if [ -n "$THREADS" ]; then
+        for t in $THREADS; do
+            [ "$t" -gt "$P" ] && { note "$t threads on $P CPUs: the threads share CPUs (oversubscribed)"; }
+        done
+    fi
+
+    XRAW="$WORK/xruns.tsv"   # id group threads alloc run status value metric rss_kb seconds minflt load1
+    : > "$XRAW"
+    declare -A GAVEUP=()
+    # the command line of row I under allocator A, for messages and the report
+    xcmd() {
+        local i=$1 a=$2 c
+        if [ "${X_KIND[$i]}" = suite ]; then c="./${X_BIN[$i]}"; else c="build/bench/${X_BIN[$i]}_system"; fi
+        [ -n "${X_ARGS[$i]}" ] && c+=" ${X_ARGS[$i]}"
+        [ -n "${X_IN[$i]}" ] && c+=" < ${X_IN[$i]}"
+        [ -n "$a" ] && [ -n "${SHOWLIB[$a]}" ] && c="LD_PRELOAD=${SHOWLIB[$a]} $c"
+        echo "$c"
+    }
+    run_x() {   # run_x IDX ALLOC RUN
+        local i=$1 a=$2 r=$3 log tf rc val secs rss minf load1 why t1 t2 prog cwd in
+        log="$WORK/x.$i.$a.$r.log"; tf="$WORK/x.$i.$a.$r.time"
+        local envp=(env); [ -n "${LIB[$a]}" ] && envp=(env "LD_PRELOAD=${LIB[$a]}")
+        local timep=(); [ -n "$TIME_BIN" ] && timep=("$TIME_BIN" -f '%e %M %R' -o "$tf")
+        if [ "${X_KIND[$i]}" = suite ]; then cwd=$SUITE_BIN; prog="./${X_BIN[$i]}"; else cwd=$WORK; prog="$SNAP/${X_BIN[$i]}_system"; fi
+        in=${X_IN[$i]:-/dev/null}
+        load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)
+        t1=$(date +%s.%N)
+        # shellcheck disable=SC2086
+        ( cd "$cwd" && "${timep[@]}" timeout -k 5 "$TIMEOUT" "${envp[@]}" "$prog" ${X_ARGS[$i]} >"$log" 2>&1 <"$in" )
+        rc=$?
+        t2=$(date +%s.%N)
+        secs=$(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.3f", b - a }')
+        case "${X_METRIC[$i]}" in
+            time)    val=$secs ;;
+            tput)    val=$(awk '/Throughput = / { for (f = 1; f < NF; f++) if ($f == "=" && $(f-1) == "Throughput") v = $(f+1) } END { if (v != "") print v }' "$log") ;;
+            xmalloc) val=$(awk '{ for (f = 1; f < NF; f++) if ($f == "free/sec:") { v = $(f+1); u = $(f+2) } }
+                         END { if (v != "") { m = (u == "M") ? 1e6 : (u == "K" || u == "k") ? 1e3 : (u == "G") ? 1e9 : 1; printf "%.0f", v * m } }' "$log") ;;
+            iter)    val=$(awk '$2 == "iterations" && $1 ~ /^[0-9]+$/ { v = $1 } END { if (v != "") print v }' "$log") ;;
+        esac
+        [[ "$val" =~ ^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] || val=""
+        rss=""; minf=""
+        if [ -s "$tf" ]; then
+            read -r _ rss minf < <(tail -n1 "$tf")
+            [[ "$rss" =~ ^[0-9]+$ ]] || rss=""
+            [[ "$minf" =~ ^[0-9]+$ ]] || minf=""
+        fi
+        why=""
+        if [ $rc = 124 ] || { [ $rc = 137 ] && awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; }; then
+            why="timed out after ${TIMEOUT}s"
+        elif [ $rc -gt 128 ] && [ $rc -lt 160 ]; then
+            local sig; sig=$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))
+            why="crashed (SIG$sig)"
+        elif [ $rc -ne 0 ]; then
+            why="exited with status $rc"
+        elif [ -z "$val" ]; then
+            case "${X_METRIC[$i]}" in
+                tput) why="printed no 'Throughput = N' line" ;;
+                xmalloc) why="printed no 'free/sec: N M' line" ;;
+                iter) why="printed no 'N iterations' line" ;;
+            esac
+        fi
+        if [ -n "$why" ]; then
+            printf '%s\t%s\t%s\t%s\t%s\tfail\t\t%s\t%s\t%s\t\t%s\n' "${X_ID[$i]}" "${X_GROUP[$i]}" "${X_T[$i]}" "$a" "$r" "${X_METRIC[$i]}" "$rss" "$secs" "$load1" >> "$XRAW"
+            echo "FAILED" >&2
+            local last; last=$(tail -n3 "$log" | tr '\n' ' ' | cut -c1-300)
+            fail "${X_LABEL[$i]} under $a (run $r): $why${last:+; last output: $last}; remaining runs of this pair skipped"
+            echo "    command: $(xcmd "$i" "$a")" >&2
+            GAVEUP["${X_ID[$i]}|$a"]=1
+            return 1
+        fi
+        printf '%s\t%s\t%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\t%s\n' "${X_ID[$i]}" "${X_GROUP[$i]}" "${X_T[$i]}" "$a" "$r" "$val" "${X_METRIC[$i]}" "$rss" "$secs" "$minf" "$load1" >> "$XRAW"
+        awk -v v="$val" -v m="${X_METRIC[$i]}" -v k="$rss" -v f="$minf" -v s="$secs" 'BEGIN {
+            if (m == "time") printf "%10.3f s      ", v
+            else if (m == "iter") printf "%10.3f M it   ", v / 1e6
+            else if (v >= 1e5) printf "%10.3f M/s    ", v / 1e6
+            else printf "%10.3f K/s    ", v / 1e3
+            if (k != "") printf "   RSS %7.1f MiB", k / 1024
+            if (f != "") printf "   %8d minflt", f
+            printf "   %6.2f s\n", s }' >&2
+    }
+
+    total=$(( ${#X_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
+    say "${#X_ID[@]} rows x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
+    for i in "${!X_ID[@]}"; do
+        for ((r = 1; r <= RUNS; r++)); do
+            for ((j = 0; j < ${#ALLOCS[@]}; j++)); do
+                a=${ALLOCS[$(( (j + r - 1) % ${#ALLOCS[@]} ))]}
+                k=$((k + 1))
+                el=$(( $(date +%s) - T0 ))
+                if [ -n "${GAVEUP[${X_ID[$i]}|$a]:-}" ]; then
+                    printf '[%3d/%d %s] %-28s %-14s run %d/%d  skipped (failed before)\n' \
+                        "$k" "$total" "$(fmt_dur $el)" "${X_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
+                    continue
+                fi
+                printf '[%3d/%d %s] %-28s %-14s run %d/%d ' \
+                    "$k" "$total" "$(fmt_dur $el)" "${X_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
+                run_x "$i" "$a" "$r"
+            done
+        done
+    done
+    ELAPSED=$(( $(date +%s) - T0 ))
+    LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
+    LOAD_RUNS=$(awk -F'\t' '$12 != "" { v[++n] = $12 + 0 }
+        END { if (!n) exit
+              for (i = 2; i <= n; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
+              printf "%.2f (%.2f–%.2f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }' "$XRAW")
+
+    # XSUM, one line per row and allocator: id alloc status nok median min max
+    # rss_max_kb minflt_median speed_ratio(REF/this) metric
+    # XBEST, one line per row: id best_other its_median ref/best paired (wins/rounds)
+    # (speed ratios: for timed rows this/REF seconds, for rates REF/this:
+    # above 1, REF is faster either way)
+    XSUM="$WORK/xsum.tsv"; XBEST="$WORK/xbest.tsv"
+    awk -F'\t' -v order="${ALLOCS[*]}" -v ids="${X_ID[*]}" -v metrics="${X_METRIC[*]}" -v ref="$REF" -v xsum="$XSUM" -v xbest="$XBEST" '
+        function sort(a, m,    i, j, x) { for (i = 2; i <= m; i++) { x = a[i] + 0; j = i - 1; while (j >= 1 && a[j] + 0 > x) { a[j+1] = a[j]; j-- } a[j+1] = x } }
+        function median(s,    a, m) {
+            m = split(s, a, " "); if (m == 0) return ""
+            sort(a, m); lo = a[1]; hi = a[m]
+            return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+        }
+        # speed of x against y: above 1 when x is better
+        function speed(x, y, low) { if (x + 0 <= 0 || y + 0 <= 0) return ""; return low ? y / x : x / y }
+        {
+            key = $1 SUBSEP $4
+            if ($6 == "ok") { vals[key] = vals[key] " " $7; nok[key]++; val[key SUBSEP $5] = $7; if ($4 == ref) runs[$1] = runs[$1] " " $5 }
+            else nfail[key]++
+            if ($6 == "ok" && $9 != "" && $9 + 0 > rss[key] + 0) rss[key] = $9
+            if ($6 == "ok" && $11 != "") flt[key] = flt[key] " " $11
+        }
+        END {
+            na = split(order, al, " "); nb = split(ids, bi, " "); split(metrics, me, " ")
+            for (b = 1; b <= nb; b++) {
+                id = bi[b]; low = (me[b] == "time"); best = ""; bn = ""
+                for (j = 1; j <= na; j++) {
+                    key = id SUBSEP al[j]
+                    med[key] = ""; mn = ""; mx = ""
+                    if (vals[key] != "") { med[key] = median(vals[key]); mn = lo; mx = hi }
+                    fm = (flt[key] != "") ? median(flt[key]) : ""
+                    if (al[j] != ref && al[j] != "hakmem" && med[key] != "" && (best == "" || (low ? med[key] + 0 < best + 0 : med[key] + 0 > best + 0))) { best = med[key]; bn = al[j] }
+                    line[j] = id "\t" al[j] "\t" ((nfail[key] > 0) ? "fail" : "ok") "\t" (nok[key] + 0) "\t" med[key] "\t" mn "\t" mx "\t" rss[key] "\t" fm
+                }
+                rm = med[id SUBSEP ref]
+                for (j = 1; j <= na; j++) print line[j] "\t" ((rm != "") ? speed(rm, med[id SUBSEP al[j]], low) : "") "\t" me[b] > xsum
+                if (bn == "") continue
+                # per round: REF against the best, the two runs of one round close in time
+                n = split(runs[id], rr, " "); m = 0; w = 0
+                for (i = 1; i <= n; i++) {
+                    x = val[id SUBSEP ref SUBSEP rr[i]]; y = val[id SUBSEP bn SUBSEP rr[i]]
+                    if (x == "" || y == "") continue
+                    s = speed(x, y, low); if (s == "") continue
+                    v[++m] = s; if (s > 1) w++
+                }
+                pr = ""
+                if (m > 0) { sort(v, m); pr = sprintf("%.2f (%d/%d)", (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2, w, m) }
+                print id "\t" bn "\t" best "\t" ((rm != "") ? speed(rm, best, low) : "") "\t" pr > xbest
+            }
+        }' "$XRAW"
+    touch "$XBEST"
+
+    # value formatting shared by the tables
+    FMT_AWK='
+        function fv(x, m) {
+            if (x == "") return ""
+            if (m == "time") return sprintf("%.3f s", x)
+            if (x >= 1e9) return sprintf("%.2f G", x / 1e9)
+            if (x >= 1e6) return sprintf("%.2f M", x / 1e6)
+            if (x >= 1e3) return sprintf("%.1f K", x / 1e3)
+            return sprintf("%.0f", x)
+        }
+        function unit(m) { return (m == "time") ? "seconds (lower is better)" : (m == "iter") ? "iterations in 2 s (higher is better)" : "ops/s (higher is better)" }'
+    LABELS=$(printf '%s|' "${X_LABEL[@]}")
+    machine_line="$CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END${LOAD_RUNS:+; 1-minute load before each run: median $LOAD_RUNS}"
+    METHOD="$RUNS runs per row and allocator, interleaved across allocators (each round starting one allocator further on); the allocator is put under each program with LD_PRELOAD (system: none); suite programs run from inside the suite's bin/; median and min–max over the runs. Each row is either timed (wall seconds of the whole process, lower is better) or read from the program's own output (larson: \`Throughput = N operations per second\`, xmalloc-test: \`free/sec: N M\`, glibc-thread: \`N iterations\` in its fixed 2 s; higher is better). Every ratio is a speed ratio, so above 1 means $REF is faster whatever the row's unit: for a rate $REF / other, for a time other's seconds / $REF's seconds. Peak RSS = largest max-RSS of the runs, minor faults = median of the whole process's minor page faults ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M and %R" || echo "/usr/bin/time missing: not measured")). Total time $(fmt_dur $ELAPSED)."
+    ARGTABLE=$( echo "| row | command | metric |"; echo "|---|---|---|"
+        for i in "${!X_ID[@]}"; do
+            case "${X_METRIC[$i]}" in time) mt="wall seconds" ;; tput) mt="Throughput line" ;; xmalloc) mt="free/sec" ;; iter) mt="iterations" ;; esac
+            echo "| ${X_LABEL[$i]} | \`$(xcmd "$i" "")\` | $mt |"
+        done )
+    report_tail() {
+        if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
+        if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
+        echo
+        echo "Raw runs: $NAME.tsv (row, group, threads, allocator, run, status, value, metric, max RSS KiB, seconds, minor faults, 1-minute load average before the run)."
+    }
+    PNG_OK=0
+    if [ -n "$SUITE" ]; then
+        # ------------------------------------------------ suite report
+        TABLE=$(awk -F'\t' -v ids="${X_ID[*]}" -v labels="$LABELS" -v ref="$REF" "$FMT_AWK"'
+            BEGIN { nb = split(ids, bi, " "); split(labels, lb, "|"); for (b = 1; b <= nb; b++) label[bi[b]] = lb[b]
+                    print "| benchmark | allocator | median | min–max | " ref "/this (speed) | minor faults | peak RSS MiB |"
+                    print "|---|---|---:|---:|---:|---:|---:|" }
+            {
+                med = fv($5, $11); rng = ($6 != "") ? fv($6, $11) " – " fv($7, $11) : ""
+                if ($3 == "fail" && $4 == 0) { med = "FAILED"; rng = "" } else if ($3 == "fail") med = med " (" $4 " ok)"
+                printf "| %s | %s | %s | %s | %s | %s | %s |\n", label[$1], $2, med, rng, ($10 != "" ? sprintf("%.2f", $10) : ""),
+                       ($9 != "" ? sprintf("%.0f", $9) : ""), ($8 != "" ? sprintf("%.1f", $8 / 1024) : "")
+            }' "$XSUM")
+        BESTTABLE=""
+        if [ ${#ALLOCS[@]} -gt 1 ]; then
+            BESTTABLE=$(awk -F'\t' -v ids="${X_ID[*]}" -v labels="$LABELS" -v ref="$REF" -v xbest="$XBEST" "$FMT_AWK"'
+                FILENAME == xbest { bn[$1] = $2; bm[$1] = $3; br[$1] = $4; bp[$1] = $5; next }
+                { key = $1 SUBSEP $2; med[key] = $5; rss[key] = $8; flt[key] = $9; me[$1] = $11 }
+                END {
+                    nb = split(ids, bi, " "); split(labels, lb, "|")
+                    print "| benchmark | unit | " ref " | best other | its median | " ref "/best (speed) | paired (wins) | " ref " peak RSS MiB | best'"'"'s peak RSS MiB | " ref " minor faults | best'"'"'s minor faults |"
+                    print "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+                    for (b = 1; b <= nb; b++) {
+                        id = bi[b]; rk = id SUBSEP ref; bk = id SUBSEP bn[id]
+                        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", lb[b], (me[id] == "time" ? "s, lower better" : me[id] == "iter" ? "iterations in 2 s, higher better" : "per s, higher better"),
+                            fv(med[rk], me[id]), bn[id], fv(bm[id], me[id]), (br[id] != "" ? sprintf("%.2f", br[id]) : ""), bp[id],
+                            (rss[rk] != "" ? sprintf("%.1f", rss[rk] / 1024) : ""), (bn[id] != "" && rss[bk] != "" ? sprintf("%.1f", rss[bk] / 1024) : ""),
+                            (flt[rk] != "" ? sprintf("%.0f", flt[rk]) : ""), (bn[id] != "" && flt[bk] != "" ? sprintf("%.0f", flt[bk]) : "")
+                    }
+                }' "$XBEST" "$XSUM")
+        fi
+        cp "$XRAW" "$OUT/$NAME.tsv"
+        {
+            echo "# hakmem on the mimalloc-bench suite"
+            echo
+            echo "- date: $DATE"
+            echo "- commit: $COMMIT"
+            echo "- command: \`$ORIG_CMD\`"
+            echo "- machine: $machine_line"
+            [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
+            [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
+            echo "- suite: $SUITE_DIR ($(head -n 8 "$SUITE_DIR/README.md" 2>/dev/null | grep -o 'commit [0-9a-f]*' | head -n1 || true)), P = $P (nproc)"
+            echo "- method: $METHOD"
+            echo
+            echo "$ARGTABLE"
+            echo
+            echo "$TABLE"
+            if [ -n "$BESTTABLE" ]; then
+                echo
+                echo "## $REF against the best of the others"
+                echo
+                echo "Per row: the other allocator with the best median (the lowest time or the highest rate); $REF/best is a speed ratio (above 1: $REF is faster; for timed rows best's seconds / $REF's seconds); paired: the median of the per-round speed ratios $REF/best (the runs of one round follow each other, so the machine's drift cancels) and in how many rounds $REF was faster."
+                echo
+                echo "$BESTTABLE"
+            fi
+            report_tail
+        } > "$OUT/$NAME.md"
+        echo
+        echo "$TABLE"
+        if [ -n "$BESTTABLE" ]; then echo; echo "$REF against the best of the others (speed ratios, above 1: $REF faster):"; echo; echo "$BESTTABLE"; fi
+        echo
+        echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
+        echo "written: $OUT/$NAME.md and $OUT/$NAME.tsv"
+    else
+        # ------------------------------------------------ scaling report
+        GROUPS_ORDER=()
+        declare -A GSEEN=()
+        for i in "${!X_ID[@]}"; do
+            g=${X_GROUP[$i]}; [ -n "${GSEEN[$g]:-}" ] && continue
+            GSEEN[$g]=1; GROUPS_ORDER+=("$g")
+        done
+        GCMD=$(for i in "${!X_ID[@]}"; do printf '%s\t%s\t%s\t%s\n' "${X_GROUP[$i]}" "${X_T[$i]}" "$(xcmd "$i" "")" "${X_METRIC[$i]}"; done)
+        SCTABLES=$(printf '%s\n' "$GCMD" | awk -F'\t' -v groups="${GROUPS_ORDER[*]}" -v order="${ALLOCS[*]}" -v ref="$REF" -v xbest="$XBEST" -v xsum="$XSUM" "$FMT_AWK"'
+            FILENAME == xbest { bn[$1] = $2; bm[$1] = $3; br[$1] = $4; bp[$1] = $5; next }
+            FILENAME == xsum { med[$1 SUBSEP $2] = $5; st[$1 SUBSEP $2] = $3; nk[$1 SUBSEP $2] = $4; next }
+            { g = $1; nt[g]++; tt[g, nt[g]] = $2; cm[g, nt[g]] = $3; me[g] = $4 }
+            END {
+                ng = split(groups, gr, " "); na = split(order, al, " ")
+                for (q = 1; q <= ng; q++) {
+                    g = gr[q]
+                    printf "### %s\n\n", g
+                    for (t = 1; t <= nt[g]; t++) printf "%s`%s`", (t == 1 ? "" : ", "), cm[g, t]
+                    printf "; %s\n\n", unit(me[g])
+                    printf "| threads |"; for (j = 1; j <= na; j++) printf " %s |", al[j]; print " best other | " ref "/best (speed) | paired (wins) |"
+                    printf "|---:|"; for (j = 1; j <= na; j++) printf "---:|"; print "---|---:|---:|"
+                    for (t = 1; t <= nt[g]; t++) {
+                        id = g "@" tt[g, t]
+                        printf "| %s |", tt[g, t]
+                        for (j = 1; j <= na; j++) {
+                            k = id SUBSEP al[j]; v = fv(med[k], me[g])
+                            if (st[k] == "fail") v = (nk[k] + 0 == 0) ? "FAILED" : v " (" nk[k] " ok)"
+                            printf " %s |", v
+                        }
+                        printf " %s | %s | %s |\n", bn[id], (br[id] != "" ? sprintf("%.2f", br[id]) : ""), bp[id]
+                    }
+                    print ""
+                }
+            }' "$XBEST" "$XSUM" -)
+        # the chart: REF/best (speed) against the thread count, one line per row
+        PNG_NOTE=""
+        if [ $CHART = 1 ]; then
+            if ! command -v gnuplot >/dev/null 2>&1 && [ $INSTALL = 1 ]; then apt_install gnuplot-nox || true; fi
+            if ! command -v gnuplot >/dev/null 2>&1; then
+                PNG_NOTE="gnuplot is not installed (package gnuplot-nox): no chart"
+            elif [ ${#ALLOCS[@]} -lt 2 ] || [ ! -s "$XBEST" ]; then
+                PNG_NOTE="nothing to draw (no peer to compare with)"
+            else
+                dat="$WORK/scaling.dat"
+                awk -F'\t' -v groups="${GROUPS_ORDER[*]}" -v threads="$THREADS" '
+                    { br[$1] = $4 }
+                    END {
+                        ng = split(groups, gr, " "); nt = split(threads, th, " ")
+                        printf "threads"; for (q = 1; q <= ng; q++) printf "\t\"%s\"", gr[q]; printf "\n"
+                        for (t = 1; t <= nt; t++) {
+                            printf "%s", th[t]
+                            for (q = 1; q <= ng; q++) { v = br[gr[q] "@" th[t]]; printf "\t%s", (v != "" ? v : "-") }
+                            printf "\n"
+                        }
+                    }' "$XBEST" > "$dat"
+                term="pngcairo size 1000,560 font 'sans,10'"
+                gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size 1000,560"
+                ng=${#GROUPS_ORDER[@]}
+                plot="plot '$dat' using 1:(lg(\$2)) with linespoints lw 2 title columnheader(2)"
+                for ((c = 3; c <= ng + 1; c++)); do plot+=", '' using 1:(lg(\$$c)) with linespoints lw 2 title columnheader($c)"; done
+                {
+                    echo "set terminal $term"
+                    echo "set termoption noenhanced"
+                    echo "set output '$OUT/$NAME.png'"
+                    echo "set datafile separator \"\\t\""
+                    echo "set datafile missing \"-\""
+                    echo "set title \"$REF speed / best other allocator's, by thread count (above 1 = $REF faster)\\ncommit $COMMIT, $DATE, $NCPU CPUs, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)\""
+                    echo "set xlabel \"threads\""
+                    echo "set ylabel \"speed ratio (log scale)\""
+                    echo "lg(x) = log(x) / log(2)"
+                    echo "set logscale x 2"
+                    echo "set xtics ($(echo "$THREADS" | tr ' ' ','))"
+                    echo "set xrange [$(echo "$THREADS" | tr ' ' '\n' | sort -n | head -n1) / 1.3 : $(echo "$THREADS" | tr ' ' '\n' | sort -n | tail -n1) * 1.3]"
+                    echo "set ytics (\"1/8\" -3, \"1/4\" -2, \"1/2\" -1, \"0.75\" lg(0.75), \"1\" 0, \"1.25\" lg(1.25), \"1.5\" lg(1.5), \"2\" 1, \"4\" 2, \"8\" 3)"
+                    echo "set offsets 0, 0, 0.3, 0.3"
+                    echo "set grid ytics"
+                    echo "set key outside right"
+                    echo "set arrow 1 from graph 0, first 0 to graph 1, first 0 nohead lw 2 dt 2 lc rgb 'black' back"
+                    echo "$plot"
+                } > "$WORK/scaling.gp"
+                if gnuplot "$WORK/scaling.gp" > "$WORK/gnuplot.log" 2>&1 </dev/null; then PNG_OK=1
+                else PNG_NOTE="gnuplot failed: $(tail -n2 "$WORK/gnuplot.log" | tr '\n' ' ')"; fi
+            fi
+            [ -n "$PNG_NOTE" ] && note "$PNG_NOTE"
+        fi
+        maxt=$(echo "$THREADS" | tr ' ' '\n' | sort -n | tail -n1)
+        cp "$XRAW" "$OUT/$NAME.tsv"
+        {
+            echo "# hakmem thread scaling"
+            echo
+            echo "- date: $DATE"
+            echo "- commit: $COMMIT"
+            echo "- command: \`$ORIG_CMD\`"
+            echo "- machine: $machine_line"
+            if [ "$NCPU" -lt 16 ] 2>/dev/null || [ "$maxt" -lt 16 ]; then
+                echo "- scope: measured on $NCPU CPUs at ${THREADS// /, } thread$( [ "$THREADS" = 1 ] || echo s) only; the 16-CPU figures (\`--threads 1,4,8,16\` on a 16-CPU machine) are still to be measured"
+            fi
+            [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
+            [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
+            [ $HAVE_SUITE = 1 ] && echo "- suite: $SUITE_DIR"
+            echo "- method: $METHOD Per row and thread count: the other allocator with the best median, $REF/best (speed), and paired: the median of the per-round speed ratios $REF/best and in how many rounds $REF was faster."
+            echo
+            echo "$SCTABLES"
+            if [ $PNG_OK = 1 ]; then echo; echo "![scaling]($NAME.png)"; fi
+            report_tail
+        } > "$OUT/$NAME.md"
+        echo
+        echo "$SCTABLES"
+        echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
+        echo "written: $OUT/$NAME.md$( [ $PNG_OK = 1 ] && echo " and $OUT/$NAME.png") and $OUT/$NAME.tsv"
+    fi
+    if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
+    if [ $FAILED != 0 ]; then
+        echo
+        echo "FAILURES:"
+        for p in "${PROBLEMS[@]}"; do echo "  - $p"; done
+    fi
+    exit $FAILED
+fi
+
 # ---------------------------------------------------------------- benchmarks
 if [ $QUICK = 1 ]; then
     RM_CYC=${BENCH_RM_CYCLES:-2000000};  MID_CYC=${BENCH_MID_CYCLES:-1000000}
@@ -390,40 +964,10 @@ if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && [ "$BENCH_DIR" = "$REPO/build/ben
 fi
 
 # ---------------------------------------------------------------- machine
-commit_id() {
-    local c
-    c=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null) || { echo "(no commit)"; return; }
-    if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- core Makefile 2>/dev/null)" ]; then
-        c+="-dirty"
-    fi
-    echo "$c"
-}
-COMMIT=${COMMIT_LABEL:-$(commit_id)}
-CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
-NCPU=$(nproc 2>/dev/null || echo "?")
-MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo 2>/dev/null)
-LOAD=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
-KERNEL=$(uname -sr)
-GLIBC=$(ldd --version 2>/dev/null | head -n1 | sed 's/^ldd //')
-DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-peer_versions() {
-    local a out=""
-    for a in "${ALLOCS[@]}"; do
-        case "$a" in mimalloc|jemalloc|tcmalloc)
-            # shellcheck disable=SC2046  # two words: package and soname
-            set -- $(peer_pkg "$a")
-            out+="$a $(dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'), " ;;
-        esac
-        [ -n "${EXTRA_PATH[$a]:-}" ] && out+="$a = ${EXTRA_PATH[$a]}, "
-    done
-    echo "${out%, }"
-}
-PEERS_V=$(peer_versions)
 if [ $CALLGRIND = 0 ] && awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
     note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
 fi
 
-fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
 
 # ================================================================ callgrind mode
 if [ $CALLGRIND = 1 ]; then
