@@ -91,7 +91,7 @@ Other rows (same allocators, interleaving, medians and paired column):
   other's seconds / hakmem's).  Peak RSS and minor faults are the whole
   process's (/usr/bin/time %M, %R).  --only takes these row names (for
   --threads: larson-suite larson xmalloc-test mstress glibc-thread
-  alloc-test cache-scratch).
+  alloc-test cache-scratch xthread).
 
 Benchmark ids (docs/benchmarks/README.md describes each):
   random_mixed_ws400 random_mixed_ws8192 random_mixed_ws65536
@@ -447,7 +447,11 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
             xrow "alloc-test@$t|alloc-test|$at|suite|alloc-test|$at|time||alloc-test $at threads"
         done
         for t in $THREADS; do xrow "cache-scratch@$t|cache-scratch|$t|suite|cache-scratch|$t 1000 1 2000000 $t|time||cache-scratch $t threads"; done
-        note "bench_xthread is not in the scaling rows: it always runs one producer and one consumer thread (bench/bench_xthread.c takes no thread count)"
+        # bench_xthread: producer/consumer pairs, 2 threads a pair (1 thread: one pair)
+        for t in $THREADS; do
+            pr=$(( t < 2 ? 1 : t / 2 ))
+            xrow "xthread@$t|xthread|$t|own|bench_xthread|$S_OWN 16 2048 256 42 $pr|tput||xthread $pr pairs ($(( 2 * pr )) threads)"
+        done
         [ $HAVE_SUITE = 0 ] && note "the mimalloc-bench rows are skipped: no suite at $SUITE_DIR/bin (--suite-dir DIR or BENCH_SUITE_DIR); only the bench/ rows run"
     fi
     X_ID=(); X_GROUP=(); X_T=(); X_KIND=(); X_BIN=(); X_ARGS=(); X_METRIC=(); X_IN=(); X_LABEL=()
