@@ -419,7 +419,7 @@ void hak_get_info(hak_info_t *info) {
     hak_heap_counts(&info->heaps, &info->heaps_abandoned);
     info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
-    info->purge_delay_ms = (size_t)hak_opt.purge_delay_ms;
+    info->purge_delay_ms = hak_purge_delay();
 }
 
 int hak_profile_sampled(const void *p) {

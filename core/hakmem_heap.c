@@ -124,7 +124,6 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
  * list.  Caller holds heap_lock. */
 static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
     if (!h->settled) unsettled_count--;
-    h->settled = true;           /* adopted, or being reclaimed (settle says) */
     if (prev != NULL) prev->next_free = h->next_free;
     else heaps_abandoned = h->next_free;
     if (heaps_abandoned_tail == h) heaps_abandoned_tail = prev;
@@ -145,6 +144,7 @@ static void heap_abandon_locked(hak_heap_t *h) {
     __atomic_store_n(&h->state, HAK_HEAP_ABANDONED, __ATOMIC_RELAXED);
     h->keep_spares = HAK_SPARES_NONE;
     h->next_free = NULL;
+    if (!h->settled) unsettled_count++;
     if (heaps_abandoned_tail) heaps_abandoned_tail->next_free = h;
     else heaps_abandoned = h;
     heaps_abandoned_tail = h;
@@ -189,13 +189,22 @@ static bool heap_detach(hak_heap_t *h) {
     return kick;
 }
 
-/* h, detached, joins the abandoned heaps; true when no thread has a heap
- * any more. */
-static bool heap_leave(hak_heap_t *h) {
+/* With no delay (no purger thread for good, or HAKMEM_PURGE_DELAY_MS=0)
+ * nothing would come back later to settle a heap its thread leaves: it
+ * gives back everything now.  Whether it did. */
+static bool settle_now(hak_heap_t *h) {
+    if (hak_purge_delay() != 0) return false;
+    h->keep_spares = HAK_SPARES_NONE;
+    heap_reclaim(h, false);
+    return true;
+}
+
+/* h, detached, joins the abandoned heaps (settled: it gave back everything
+ * first); true when no thread has a heap any more. */
+static bool heap_leave(hak_heap_t *h, bool settled) {
     h->left_at = hak_now_ms();
-    h->settled = false;
+    h->settled = settled;
     hak_lock(&heap_lock);
-    unsettled_count++;
     heap_abandon_locked(h);
     bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
     hak_unlock(&heap_lock);
@@ -256,7 +265,7 @@ hak_heap_t *hak_heap_take_over_slow(hak_heap_t *a, bool *kick) {
     if (!found) return NULL;
     if (h != NULL) {
         *kick = heap_detach(h);
-        heap_leave(h);          /* a is active: never the last */
+        heap_leave(h, settle_now(h));   /* a is active: never the last */
     }
     heap_attach(a);
     return a;
@@ -318,8 +327,9 @@ static void heap_make_shared(void) {
  * pages.  Not where an abandoned heap waits (adopting it costs nothing new
  * and it is warm), nor for L2.5 sizes (shared slabs already) or the
  * profiler's and the statistics' paths (they count on the thread's heap).
- * A young thread's frees of nursery blocks go back to the nursery's caches
- * and rings under the same lock (hak_nursery_free), so the block it freed
+ * A thread with no heap of its own frees nursery blocks back into the
+ * nursery's caches and rings under the same lock (hak_nursery_free), so the
+ * block it freed
  * last is the one it gets next, as from a heap of its own (the hardened
  * build's checks of a block handed out again count on that); other
  * threads' frees of them are remote frees, which the nursery collects when
@@ -502,6 +512,7 @@ uint32_t hak_heap_settle_abandoned(uint32_t now, uint32_t delay) {
         heap_unlink_abandoned_locked(b, prev);
         hak_unlock(&heap_lock);
         heap_reclaim(b, false);
+        b->settled = true;
         hak_lock(&heap_lock);
         heap_abandon_locked(b);
         hak_unlock(&heap_lock);
@@ -554,12 +565,13 @@ void hak_heap_page_counts(size_t *slab_pages, size_t *dirty_pages) {
 /* The thread is exiting (its key's destructor, hakmem_init.c).  Its heap
  * waits for a new thread, warm (heap_detach): threads that come and go (a
  * server's workers, Larson) adopt it at once.  What no thread takes goes
- * back by time.  Returns HAK_EXIT_* flags. */
+ * back by time (settling), or now with no delay (settle_now). */
 bool hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_own_heap) return false;
     heap_detach(h);          /* the caller starts the purger whatever it stamped */
+    bool now = settle_now(h);
     tls_thread_done = true;
-    return heap_leave(h);
+    return heap_leave(h, now);
 }
 
 /* Allocation by a thread whose heap is gone (a destructor running after

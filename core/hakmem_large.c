@@ -162,7 +162,7 @@ static bool cache_evict_oldest(range_t *out) {
  * idles), it goes back at once.  Returns whether it was kept, stamped for
  * the purger. */
 static bool cache_put(char *base, size_t len, bool keep) {
-    if (hak_opt.purge_delay_ms == 0 || len > LARGE_CACHE_BYTES || !keep) {
+    if (hak_purge_delay() == 0 || len > LARGE_CACHE_BYTES || !keep) {
         release(base, len);
         return false;
     }

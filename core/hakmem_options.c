@@ -24,6 +24,7 @@ hak_options_t hak_opt = {
     .tiny_c2_local_cache = 1,
     .profile = "",
     .profile_rate = 512 * 1024,
+    .profile_unwinder = HAK_UNWIND_LIBGCC,
 };
 
 /* HAKMEM_PROFILE's value, copied: the environment may change later. */

@@ -3,6 +3,8 @@
 #ifndef HAKMEM_OPTIONS_H
 #define HAKMEM_OPTIONS_H
 
+#include <stdint.h>
+
 enum { HAK_LOOKUP_FLAT = 0, HAK_LOOKUP_RADIX = 1 };
 enum { HAK_UNWIND_LIBUNWIND = 0, HAK_UNWIND_LIBGCC = 1 };
 enum { HAK_PURGE_THREAD_OFF = 0, HAK_PURGE_THREAD_ON = 1, HAK_PURGE_THREAD_AUTO = 2 };
@@ -27,6 +29,13 @@ typedef struct {
 } hak_options_t;
 
 extern hak_options_t hak_opt;
+
+/* The purge delay in effect: HAKMEM_PURGE_DELAY_MS, or 0 once the process
+ * can have no purger thread (hakmem_purge.c sets it while other threads
+ * read it). */
+static inline uint32_t hak_purge_delay(void) {
+    return (uint32_t)__atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED);
+}
 
 /* Parse the environment (once, from hak_init). */
 void hak_options_init(void) __attribute__((visibility("hidden")));

@@ -91,8 +91,9 @@ HAK_OS_INTERNAL bool  hak_os_thread_start(void *(*fn)(void *), void *arg, size_t
 /* Whether the process runs with privileges its caller lacks (set-user-ID
  * or set-group-ID, file capabilities: the kernel's AT_SECURE). */
 HAK_OS_INTERNAL bool  hak_os_secure_exec(void);
-/* Whether the process runs under a seccomp filter (which may kill it for a
- * system call hakmem would make, such as clone); read anew at each call. */
+/* Whether the calling thread runs under a seccomp filter (which may kill
+ * the process for a system call hakmem would make, such as clone); asked
+ * anew at each call. */
 HAK_OS_INTERNAL bool  hak_os_sandboxed(void);
 
 /* ---- files and signals (the heap profiler) ---------------------------------------

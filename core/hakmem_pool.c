@@ -73,7 +73,7 @@ static void defer_apply(hak_heap_t *h, deferred_t *d, uint32_t now) {
     hak_slab_t *s = d->slab;
     if (s == NULL) return;
     uint32_t used = (s->used & ~HAK_SLAB_PARKED) - d->n;
-    bool purge = hak_opt.purge_delay_ms == 0 && hak_slab_purge_due(s, used);
+    bool purge = hak_purge_delay() == 0 && hak_slab_purge_due(s, used);
     s->used -= d->n;
     if (used == 0 || (s->used & HAK_SLAB_PARKED)) hak_slab_free_slow(h, s);
     else if (purge) hak_slab_purge(s, now, 0);
@@ -122,7 +122,7 @@ void hak_pool_return_block(hak_heap_t *h, void *p) {
     if (s->cls < HAK_L2_FIRST) {
         if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
     } else {
-        bool at_once = hak_opt.purge_delay_ms == 0;
+        bool at_once = hak_purge_delay() == 0;
         if (!at_once) h->purge_pending += hak_class_block_size[s->cls];
         block_return(h, p, hak_now_ms(), at_once);
     }
@@ -142,7 +142,7 @@ static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     hak_heap_t *owner = shared ? hak_l25_lock() : h;
     if (!shared) hak_heap_lock(h);
     uint32_t now = hak_now_ms();
-    bool at_once = hak_opt.purge_delay_ms == 0;
+    bool at_once = hak_purge_delay() == 0;
     if (!at_once) owner->purge_pending += (size_t)n * hak_class_block_size[s0->cls];
     if (hak_opt.mid_inuse_deferred && !shared) {
         flush_deferred(h, r->slot, n, now);
@@ -161,7 +161,7 @@ static void chain_flush(hak_heap_t *h, hak_ring_t *r) {
     uint32_t bs = hak_class_block_size[hak_slab_of(r->chain)->cls];
     hak_heap_lock(h);
     uint32_t now = hak_now_ms();
-    bool at_once = hak_opt.purge_delay_ms == 0;
+    bool at_once = hak_purge_delay() == 0;
     for (hak_block_t *b = r->chain, *next; b != NULL; b = next) {
         next = hak_link_get_any(b);
         if (!at_once) h->purge_pending += bs;

@@ -36,8 +36,9 @@
  * It blocks every signal, is detached, exits when it is the process's last
  * thread (so it never keeps a process alive whose main thread called
  * pthread_exit: the last thread with a heap wakes it as it exits), and a
- * forked child whose parent had one starts its own at fork (a daemon's
- * child may only free, then idle).
+ * forked child whose parent had one starts its own at its first malloc
+ * slow path (none at fork: a child must stay single-threaded until it asks
+ * for more).
  *
  * No purger for good (none may be made: HAKMEM_PURGE_THREAD=0, or auto
  * under a seccomp filter, which may kill the process for its clone; none
@@ -143,7 +144,7 @@ static bool purger_alone(void) {
 
 static uint32_t purger_pass(void) {
     hak_lock(&purge_lock);
-    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, false);
+    uint32_t wait = purge_pass_locked(hak_purge_delay(), false);
     hak_unlock(&purge_lock);
     return wait;
 }
@@ -164,7 +165,7 @@ static uint32_t ending_poll(uint32_t ms, uint32_t *ending) {
 
 static void *purger_main(void *arg) {
     (void)arg;
-    uint32_t delay = (uint32_t)hak_opt.purge_delay_ms;
+    uint32_t delay = hak_purge_delay();
     /* Items falling due close together are taken in one wake-up. */
     uint32_t slack = delay / 8 < 100 ? delay / 8 : 100;
     uint32_t ending = 1;     /* ms: poll interval once no thread has a heap */
@@ -229,16 +230,25 @@ static void inline_schedule(uint32_t ms) {
         atomic_store_explicit(&hak_purge_inline_due, due, memory_order_relaxed);
 }
 
-/* No purger thread, for good (none may be made, or the OS would not make
- * one): a program that frees and then idles would run no slow path to give
- * back what it freed, so nothing waits for a delay any more: memory goes
- * back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0 (and as glibc's
- * trim does).  What was stamped before goes at the next slow path. */
+/* No purger thread, for good (none may be made, or the OS refused one
+ * START_TRIES times): a program that frees and then idles would run no slow
+ * path to give back what it freed, so nothing waits for a delay any more:
+ * memory goes back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0 (and
+ * as glibc's trim does).  What was stamped before goes at the next slow
+ * path (and any a thread stamps while it reads the delay: stranded). */
 static void no_thread_for_good(void) {
     purge_no_thread = true;
     __atomic_store_n(&hak_opt.purge_delay_ms, 0, __ATOMIC_RELAXED);
-    atomic_store_explicit(&hak_purge_inline_due, hak_now_ms() | 1, memory_order_relaxed);
+    inline_schedule(0);
 }
+
+/* A refused thread (RLIMIT_NPROC, a cgroup's pids.max, both often
+ * passing): the slow paths purge inline meanwhile, and a purger is tried
+ * again a second later; the third refusal is taken as for good. */
+#define START_TRIES 3
+#define START_RETRY_MS 1000
+static _Atomic unsigned start_failures;
+static _Atomic uint32_t start_failed_at;
 
 /* Start-up: HAKMEM_PURGE_THREAD=0 is known now; a seccomp filter (which
  * the program may also install later) is read when a purger would start. */
@@ -249,30 +259,47 @@ void hak_purge_init(void) {
 /* Something was stamped: make sure someone will give it back.  Called with
  * no hakmem lock held (pthread_create allocates). */
 void hak_purge_kick(void) {
-    if (hak_opt.purge_delay_ms == 0) return;
+    if (hak_purge_delay() == 0) {
+        if (purge_no_thread) inline_schedule(0);
+        return;
+    }
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (!thread_allowed()) {
         no_thread_for_good();
         return;
     }
+    if (atomic_load_explicit(&start_failures, memory_order_relaxed) != 0 &&
+        hak_now_ms() - atomic_load_explicit(&start_failed_at, memory_order_relaxed) < START_RETRY_MS) {
+        inline_schedule(hak_purge_delay());
+        return;
+    }
     atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
     int expected = 0;
     if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
-    if (purger_start()) return;
+    if (purger_start()) {
+        atomic_store_explicit(&start_failures, 0, memory_order_relaxed);
+        return;
+    }
     atomic_store(&purger_running, 0);
-    no_thread_for_good();
+    atomic_store_explicit(&start_failed_at, hak_now_ms(), memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&start_failures, 1, memory_order_relaxed) + 1 >= START_TRIES)
+        no_thread_for_good();
+    else inline_schedule(hak_purge_delay());
 }
 
 /* The same from free: never starts a thread (see the top of this file).
  * Until the next malloc slow path starts one, or for good where none can
  * be made, the free paths give back what falls due themselves. */
 void hak_purge_request(void) {
-    if (hak_opt.purge_delay_ms == 0) return;
+    if (hak_purge_delay() == 0) {
+        if (purge_no_thread) inline_schedule(0);
+        return;
+    }
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) {
         if (atomic_load(&purger_idle)) hak_os_wake(&purger_wake);
         return;
     }
-    inline_schedule((uint32_t)hak_opt.purge_delay_ms);
+    inline_schedule(hak_purge_delay());
     if (!purge_no_thread) atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
 }
 
@@ -290,7 +317,7 @@ void hak_purge_inline(void) {
         return;
     }
     if (!hak_trylock(&purge_lock)) return;
-    uint32_t wait = purge_pass_locked((uint32_t)hak_opt.purge_delay_ms, true);
+    uint32_t wait = purge_pass_locked(hak_purge_delay(), true);
     hak_unlock(&purge_lock);
     /* A stamp scheduled meanwhile keeps its time. */
     atomic_compare_exchange_strong(&hak_purge_inline_due, &due, 0);
@@ -372,16 +399,20 @@ bool hak_make_room(void) {
 void hak_purge_fork_prepare(void) { hak_lock(&purge_lock); }
 void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
 
-/* The child has no purger.  If the parent had one, the child starts its
- * own now: a daemon's child often only frees and idles, and its frees
- * cannot start a thread.  (Here, in fork's child handler, glibc's locks
- * are whole again and no other thread exists.)  Where none may be made,
- * the child's slow paths take over (hak_purge_inline). */
+/* The child has no purger, and makes none here: a child must stay
+ * single-threaded until it asks for more (unshare(CLONE_NEWUSER) fails in a
+ * process with two threads; a fork+exec would pay for a thread it never
+ * uses).  If the parent had one, the child's first malloc slow path starts
+ * its own (hak_purge_wanted), and until then its free paths give back what
+ * falls due and its large blocks go back at their free. */
 void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_idle, 0, memory_order_relaxed);
     hak_unlock(&purge_lock);
-    if (had) hak_purge_kick();
+    if (had) {
+        atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
+        inline_schedule(hak_purge_delay());
+    }
 }

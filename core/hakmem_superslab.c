@@ -136,7 +136,7 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
     ss_unlink(h, ss);
     ss->owner = NULL;
     ss_set_state(ss, hak_ss_state(ss), HAK_SS_FREE);
-    bool now = hak_opt.purge_delay_ms == 0;
+    bool now = hak_purge_delay() == 0;
     if (now && ss->dirty_pages != 0) {
         decommit_pages(ss, ss->dirty_pages);
         ss->dirty_pages = 0;
@@ -276,7 +276,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     }
     hak_span_check_sync(s, false);     /* no live blocks here any more */
     ss->free_pages |= bits;
-    if (hak_opt.purge_delay_ms == 0) {
+    if (hak_purge_delay() == 0) {
         decommit_pages(ss, bits);
     } else {
         uint32_t now = hak_now_ms();
