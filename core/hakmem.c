@@ -264,7 +264,6 @@ static HAK_NOINLINE void free_slab_block(void *p) {
          * collect it and retire the slab.) */
         bool shared = hak_heap_is_shared(s->owner);
         if (hak_remote_free(s, p) || shared) hak_purge_request();
-        hak_purge_inline_check();
         return;
     }
     if (s->tier == HAK_TIER_TINY) {
