@@ -15,6 +15,11 @@
  *       tier, large blocks included, exits 0 (no purger thread is made), and
  *       its 8 large blocks of 16 MiB went back at their free (no purger
  *       would give them back later).
+ *   purger_thread_refused            a seccomp filter makes clone fail
+ *       (EAGAIN) and HAKMEM_PURGE_THREAD=1 asks for a purger anyway: each
+ *       refused start leaves no purger (a large block freed then goes back
+ *       at once, the program goes on), a start is tried again a second
+ *       later, and after the third refusal the purge delay is 0 for good.
  *   secure_exec_ignores_settings     a set-user-ID copy of this program,
  *       run by an unprivileged user (only when the tests run as root, in a
  *       directory not mounted nosuid; skipped otherwise) with HAKMEM_PROFILE
@@ -183,6 +188,43 @@ static int child_clone_killed(void)
     return 0;
 }
 
+static int child_thread_refused(void)
+{
+#ifdef SYS_clone3
+    const int nrs[] = { SYS_clone, SYS_clone3 };
+#else
+    const int nrs[] = { SYS_clone };
+#endif
+    hak_info_t in;
+    hak_get_info(&in);
+    if (in.purge_delay_ms == 0) return 0;     /* the row gives back at once: no purger asked for */
+    if (!install_filter(nrs, (int)(sizeof nrs / sizeof nrs[0]), SECCOMP_RET_ERRNO | EAGAIN))
+        return CHILD_SKIP;
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        if (attempt > 1) usleep(1100 * 1000);     /* a refused start is tried again a second later */
+        char *p = malloc(8 * MiB);                /* a new large block asks for the purger */
+        if (p == NULL) return 1;
+        memset(p, 1, 8 * MiB);
+        free(p);
+        hak_get_info(&in);
+        if (in.large_cached != 0) {
+            say("attempt %d: a large block freed with no purger was kept (%zu bytes)\n", attempt,
+                in.large_cached);
+            return 1;
+        }
+        if (attempt < 3 && in.purge_delay_ms == 0) {
+            say("attempt %d: one refused thread made the delay 0 for good\n", attempt);
+            return 1;
+        }
+    }
+    if (in.purge_delay_ms != 0) {
+        say("three refused threads, and the delay is still %zu ms\n", in.purge_delay_ms);
+        return 1;
+    }
+    for (int i = 0; i < 10000; i++) free(malloc((size_t)i % 3000 + 1));
+    return 0;
+}
+
 static int child_secure(const char *path)
 {
     if (getauxval(AT_SECURE) == 0) return CHILD_SKIP;   /* a nosuid mount */
@@ -270,6 +312,14 @@ static void test_clone_killing_filter(void **state)
     expect_pass(st, err, "a clone-killing seccomp filter");
 }
 
+static void test_purger_thread_refused(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "thread-refused", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
+    expect_pass(st, err, "a refused purger thread");
+}
+
 static void test_secure_exec_ignores_settings(void **state)
 {
     (void)state;
@@ -329,6 +379,7 @@ int main(int argc, char **argv)
         if (strcmp(role, "mlock") == 0) return child_mlock();
         if (strcmp(role, "madvise-refused") == 0) return child_madvise_refused();
         if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
+        if (strcmp(role, "thread-refused") == 0) return child_thread_refused();
         if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
     }
     const struct CMUnitTest tests[] = {
@@ -336,6 +387,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_calloc_zero_after_mlock),
         cmocka_unit_test(test_calloc_zero_when_madvise_refused),
         cmocka_unit_test(test_clone_killing_filter),
+        cmocka_unit_test(test_purger_thread_refused),
         cmocka_unit_test(test_secure_exec_ignores_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
