@@ -8,6 +8,7 @@
 #ifndef HAKMEM_STRESS_COMMON_H
 #define HAKMEM_STRESS_COMMON_H
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Tier boundaries of hakmem (see core/hakmem.h); used only to pick sizes. */
@@ -353,15 +355,47 @@ static inline double st_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Resident set size in bytes, from /proc/self/statm. */
+/* Resident set size in bytes, from /proc/self/statm, read without stdio:
+ * no allocation, so a test can watch a program that makes no call into
+ * the allocator (an idle daemon). */
 static inline size_t st_rss_bytes(void)
 {
-    FILE *f = fopen("/proc/self/statm", "r");
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = '\0';
     unsigned long size = 0, res = 0;
-    if (!f) return 0;
-    if (fscanf(f, "%lu %lu", &size, &res) != 2) res = 0;
-    fclose(f);
+    if (sscanf(buf, "%lu %lu", &size, &res) != 2) res = 0;
     return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Run `self` (this program, /proc/self/exe resolved) again as
+ * `self --child NAME` with HAKMEM_PURGE_DELAY_MS=delay in place of the
+ * caller's (the rest of the environment, the gate matrix's setting
+ * included, is kept); returns its wait status. */
+static inline int st_run_child(const char *self, const char *name, const char *delay)
+{
+    extern char **environ;
+    char *envp[256];
+    int n = 0;
+    char setting[64];
+    snprintf(setting, sizeof setting, "HAKMEM_PURGE_DELAY_MS=%s", delay);
+    for (char **e = environ; *e != NULL && n < 250; e++)
+        if (strncmp(*e, "HAKMEM_PURGE_DELAY_MS=", 22) != 0) envp[n++] = *e;
+    envp[n++] = setting;
+    envp[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char *argv[] = { (char *)self, (char *)"--child", (char *)name, NULL };
+        execve(self, argv, envp);
+        _exit(127);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return status;
 }
 
 /* ---- RSS guard ----------------------------------------------------------

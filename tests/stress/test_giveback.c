@@ -43,7 +43,6 @@
  *     returns 1. */
 #include <pthread.h>
 #include <malloc.h>
-#include <fcntl.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -68,20 +67,6 @@ static void sleep_ms(unsigned ms)
 {
     struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
-}
-
-/* The resident size read without stdio: fopen would allocate, and a
- * program that idles makes no call into the allocator. */
-static size_t rss_quiet(void)
-{
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0) close(fd);
-    buf[n > 0 ? n : 0] = '\0';
-    unsigned long size = 0, res = 0;
-    if (sscanf(buf, "%lu %lu", &size, &res) != 2) res = 0;
-    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
 }
 
 static bool no_purger(void)
@@ -133,10 +118,10 @@ static int child_daemon(void)
     for (size_t i = 0; i < n; i++) free(v[i]);
     free(v);
     for (int i = 0; i < 8; i++) free(big[i]);
-    size_t rep[2] = { rss_quiet(), 0 };
+    size_t rep[2] = { st_rss_bytes(), 0 };
     for (int t = 0; t < 10 * DELAY_MS / 20; t++) {
         sleep_ms(20);                      /* no allocator call while idle */
-        rep[1] = rss_quiet();
+        rep[1] = st_rss_bytes();
         if (rep[1] <= rss0 + 16 * MiB) break;
     }
     ssize_t w = write(fds[1], rep, sizeof rep);
@@ -179,10 +164,10 @@ static int child_many_threads(void)
     size_t peak = st_rss_bytes();
     for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
     double secs = st_now() - t0;
-    size_t joined = rss_quiet(), later = joined;
+    size_t joined = st_rss_bytes(), later = joined;
     for (int w = 0; w < 10 * DELAY_MS / 20 && later > rss0 + THREADS_LEFT; w++) {
         sleep_ms(20);
-        later = rss_quiet();
+        later = st_rss_bytes();
     }
     printf("%d threads: RSS %zu KiB before, %zu with all alive, %zu joined, %zu after waiting; "
            "%.2f s\n", T, rss0 >> 10, peak >> 10, joined >> 10, later >> 10, secs);
@@ -224,14 +209,14 @@ static int child_settle(void)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 << 10);
     if (pthread_barrier_init(&settle_bar, NULL, T) != 0) return 1;
-    size_t rss0 = rss_quiet();
+    size_t rss0 = st_rss_bytes();
     for (int i = 0; i < T; i++)
         if (pthread_create(&t[i], &attr, churn_and_exit, (void *)(uintptr_t)i) != 0) return 1;
     for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
-    size_t joined = rss_quiet(), later = joined;
+    size_t joined = st_rss_bytes(), later = joined;
     for (int w = 0; w < 10 * DELAY_MS / 20 && later > rss0 + 16 * MiB; w++) {
         sleep_ms(20);
-        later = rss_quiet();
+        later = st_rss_bytes();
     }
     printf("settle: RSS %zu KiB before, %zu after %d threads exited, %zu after waiting\n",
            rss0 >> 10, joined >> 10, T, later >> 10);
@@ -295,27 +280,10 @@ static int child_trim_idle(void)
 /* ---- the tests ------------------------------------------------------------------------ */
 static void run_child(const char *name)
 {
-    extern char **environ;
-    char *envp[256];
-    int n = 0;
-    char setting[64];
-    snprintf(setting, sizeof setting, "HAKMEM_PURGE_DELAY_MS=%d", DELAY_MS);
-    for (char **e = environ; *e != NULL && n < 250; e++)
-        if (strncmp(*e, "HAKMEM_PURGE_DELAY_MS=", 22) != 0) envp[n++] = *e;
-    envp[n++] = setting;
-    envp[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        alarm(120);
-        char *argv[] = { self_path, (char *)"--child", (char *)name, NULL };
-        execve(self_path, argv, envp);
-        _exit(127);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    char delay[16];
+    snprintf(delay, sizeof delay, "%d", DELAY_MS);
+    int status = st_run_child(self_path, name, delay);
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("child %s failed: status 0x%x", name, status);
 }
 

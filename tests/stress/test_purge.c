@@ -711,26 +711,8 @@ static int child_free_no_thread(void)
  * its stdout is shown; the test fails unless it exits with 0. */
 static void run_child(const char *name, const char *delay)
 {
-    extern char **environ;
-    char *envp[256];
-    int n = 0;
-    char setting[64];
-    snprintf(setting, sizeof setting, "HAKMEM_PURGE_DELAY_MS=%s", delay);
-    for (char **e = environ; *e != NULL && n < 250; e++)
-        if (strncmp(*e, "HAKMEM_PURGE_DELAY_MS=", 22) != 0) envp[n++] = *e;
-    envp[n++] = setting;
-    envp[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char *argv[] = { self_path, (char *)"--child", (char *)name, NULL };
-        execve(self_path, argv, envp);
-        _exit(127);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    int status = st_run_child(self_path, name, delay);
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("child %s (HAKMEM_PURGE_DELAY_MS=%s) failed: status 0x%x", name, delay, status);
 }
 
