@@ -55,6 +55,7 @@
 #include <cmocka.h>
 
 #include "hakmem.h"
+#include "unit/child_common.h"
 
 #ifdef HAK_TEST_HAK_ONLY
 #define MALLOC hak_malloc
@@ -67,21 +68,6 @@
 #define MiB ((size_t)1 << 20)
 
 /* ---- running this program again, or a forked child --------------------- */
-
-/* The parent's side of rerun and in_child: the child's stderr into err
- * (NUL-terminated), then its wait status. */
-static int collect(pid_t pid, int fds[2], char *err, size_t errlen)
-{
-    close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
-    err[n] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
 
 /* Run /proc/self/exe ROLE ARG with NAME=VALUE added to the environment;
  * its stderr into err (NUL-terminated), and the files of inherit (a NULL-

@@ -52,6 +52,7 @@
 #include <cmocka.h>
 
 #include "hakmem.h"
+#include "unit/child_common.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -254,17 +255,7 @@ static int run_role(const char *exe, const char *role, const char *arg, const ch
         execl(exe != NULL ? exe : "/proc/self/exe", "test_sandbox", role, arg, (char *)NULL);
         _exit(127);
     }
-    close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    char rest[4096];
-    while ((r = n + 1 < errlen ? read(fds[0], err + n, errlen - 1 - n) : read(fds[0], rest, sizeof rest)) > 0)
-        if (n + 1 < errlen) n += (size_t)r;     /* the rest is read, not kept: no SIGPIPE */
-    err[n] = '\0';
-    close(fds[0]);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
+    return collect(pid, fds, err, errlen);
 }
 
 static void expect_pass(int status, const char *err, const char *what)
