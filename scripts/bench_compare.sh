@@ -386,6 +386,54 @@ peer_versions() {
 PEERS_V=$(peer_versions)
 fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
 
+# Why a run failed, from its exit status and seconds; empty if it did not
+# (the caller adds its own "printed no result" case).
+run_failure() {   # run_failure RC SECS
+    local rc=$1 secs=$2
+    if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; }; then
+        echo "timed out after ${TIMEOUT}s"
+    elif [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then
+        echo "crashed (SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128))))"
+    elif [ "$rc" -ne 0 ]; then
+        echo "exited with status $rc"
+    fi
+}
+
+# Every row RUNS times under every allocator, interleaved: each round
+# starts one allocator further on, so that none always runs right after the
+# same one (caches, page reclaim, frequency).  A pair that failed is
+# skipped from then on (GAVEUP[id|alloc]).  Uses k, total and T0.
+interleave() {   # interleave IDS_ARRAY LABELS_ARRAY RUN_FUNCTION
+    local -n ids=$1 labels=$2
+    local runner=$3 i r j a el
+    for i in "${!ids[@]}"; do
+        for ((r = 1; r <= RUNS; r++)); do
+            for ((j = 0; j < ${#ALLOCS[@]}; j++)); do
+                a=${ALLOCS[$(( (j + r - 1) % ${#ALLOCS[@]} ))]}
+                k=$((k + 1))
+                el=$(( $(date +%s) - T0 ))
+                if [ -n "${GAVEUP[${ids[$i]}|$a]:-}" ]; then
+                    printf '[%3d/%d %s] %-28s %-14s run %d/%d  skipped (failed before)\n' \
+                        "$k" "$total" "$(fmt_dur $el)" "${labels[$i]}" "$a" "$r" "$RUNS" >&2
+                    continue
+                fi
+                printf '[%3d/%d %s] %-28s %-14s run %d/%d ' \
+                    "$k" "$total" "$(fmt_dur $el)" "${labels[$i]}" "$a" "$r" "$RUNS" >&2
+                "$runner" "$i" "$a" "$r"
+            done
+        done
+    done
+}
+
+# The 1-minute load average read before each run (column COL of FILE):
+# median and range.
+load_runs() {   # load_runs FILE COL
+    awk -F'\t' -v c="$2" '$c != "" { v[++n] = $c + 0 }
+        END { if (!n) exit
+              for (i = 2; i <= n; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
+              printf "%.2f (%.2f–%.2f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }' "$1"
+}
+
 # ================================================================ suite and scaling modes
 # --suite mimalloc-bench: the suite's programs with its own arguments at
 # P = nproc.  --threads LIST: the threaded rows at each thread count.  Same
@@ -545,15 +593,8 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
             [[ "$rss" =~ ^[0-9]+$ ]] || rss=""
             [[ "$minf" =~ ^[0-9]+$ ]] || minf=""
         fi
-        why=""
-        if [ $rc = 124 ] || { [ $rc = 137 ] && awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; }; then
-            why="timed out after ${TIMEOUT}s"
-        elif [ $rc -gt 128 ] && [ $rc -lt 160 ]; then
-            local sig; sig=$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))
-            why="crashed (SIG$sig)"
-        elif [ $rc -ne 0 ]; then
-            why="exited with status $rc"
-        elif [ -z "$val" ]; then
+        why=$(run_failure "$rc" "$secs")
+        if [ -z "$why" ] && [ -z "$val" ]; then
             case "${X_METRIC[$i]}" in
                 tput) why="printed no 'Throughput = N' line" ;;
                 xmalloc) why="printed no 'free/sec: N M' line" ;;
@@ -582,29 +623,10 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
 
     total=$(( ${#X_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
     say "${#X_ID[@]} rows x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
-    for i in "${!X_ID[@]}"; do
-        for ((r = 1; r <= RUNS; r++)); do
-            for ((j = 0; j < ${#ALLOCS[@]}; j++)); do
-                a=${ALLOCS[$(( (j + r - 1) % ${#ALLOCS[@]} ))]}
-                k=$((k + 1))
-                el=$(( $(date +%s) - T0 ))
-                if [ -n "${GAVEUP[${X_ID[$i]}|$a]:-}" ]; then
-                    printf '[%3d/%d %s] %-28s %-14s run %d/%d  skipped (failed before)\n' \
-                        "$k" "$total" "$(fmt_dur $el)" "${X_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
-                    continue
-                fi
-                printf '[%3d/%d %s] %-28s %-14s run %d/%d ' \
-                    "$k" "$total" "$(fmt_dur $el)" "${X_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
-                run_x "$i" "$a" "$r"
-            done
-        done
-    done
+    interleave X_ID X_LABEL run_x
     ELAPSED=$(( $(date +%s) - T0 ))
     LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
-    LOAD_RUNS=$(awk -F'\t' '$12 != "" { v[++n] = $12 + 0 }
-        END { if (!n) exit
-              for (i = 2; i <= n; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
-              printf "%.2f (%.2f–%.2f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }' "$XRAW")
+    LOAD_RUNS=$(load_runs "$XRAW" 12)
 
     # XSUM, one line per row and allocator: id alloc status nok median min max
     # rss_max_kb minflt_median speed_ratio(REF/this) metric
@@ -1082,15 +1104,8 @@ run_one() {   # run_one IDX ALLOC RUN
     [[ "$majf" =~ ^[0-9]+$ ]] || majf=""
     rss=""
     [ -s "$rssf" ] && rss=$(tail -n1 "$rssf" | awk '$1 ~ /^[0-9]+$/ { print $1 }')
-    why=""
-    if [ $rc = 124 ] || { [ $rc = 137 ] && awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; }; then
-        why="timed out after ${TIMEOUT}s"
-    elif [ $rc -gt 128 ] && [ $rc -lt 160 ]; then
-        local sig; sig=$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))
-        why="crashed (SIG$sig)"
-    elif [ $rc -ne 0 ]; then
-        why="exited with status $rc"
-    elif [ -z "$ops" ] && [ "${B_ID[$i]}" != rss ]; then
+    why=$(run_failure "$rc" "$secs")
+    if [ -z "$why" ] && [ -z "$ops" ] && [ "${B_ID[$i]}" != rss ]; then
         why="printed no 'Throughput = N ops/s' line"
     fi
     if [ -n "$why" ]; then
@@ -1120,32 +1135,10 @@ run_one() {   # run_one IDX ALLOC RUN
         printf "   %5.2f s\n", s }' >&2
 }
 
-for i in "${!B_ID[@]}"; do
-    for ((r = 1; r <= RUNS; r++)); do
-        # each round starts one allocator further on, so that none always
-        # runs right after the same one (caches, page reclaim, frequency)
-        for ((j = 0; j < ${#ALLOCS[@]}; j++)); do
-            a=${ALLOCS[$(( (j + r - 1) % ${#ALLOCS[@]} ))]}
-            k=$((k + 1))
-            el=$(( $(date +%s) - T0 ))
-            if [ -n "${GAVEUP[${B_ID[$i]}|$a]:-}" ]; then
-                printf '[%3d/%d %s] %-28s %-14s run %d/%d  skipped (failed before)\n' \
-                    "$k" "$total" "$(fmt_dur $el)" "${B_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
-                continue
-            fi
-            printf '[%3d/%d %s] %-28s %-14s run %d/%d ' \
-                "$k" "$total" "$(fmt_dur $el)" "${B_LABEL[$i]}" "$a" "$r" "$RUNS" >&2
-            run_one "$i" "$a" "$r"
-        done
-    done
-done
+interleave B_ID B_LABEL run_one
 ELAPSED=$(( $(date +%s) - T0 ))
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
-# the 1-minute load average read before each run: median and range
-LOAD_RUNS=$(awk -F'\t' '$10 != "" { v[++n] = $10 + 0 }
-    END { if (!n) exit
-          for (i = 2; i <= n; i++) { x = v[i]; j = i - 1; while (j >= 1 && v[j] > x) { v[j+1] = v[j]; j-- } v[j+1] = x }
-          printf "%.2f (%.2f–%.2f)", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n] }' "$RAW")
+LOAD_RUNS=$(load_runs "$RAW" 10)
 
 # ---------------------------------------------------------------- aggregate
 # SUMMARY: id alloc status nok median min max rss_max_kb ratio minflt_median majflt_median
