@@ -207,6 +207,17 @@ PROBLEMS=()              # lines for the report
 NOTES=()
 fail() { FAILED=1; PROBLEMS+=("$*"); say "FAILED: $*"; }
 note() { NOTES+=("$*"); say "note: $*"; }
+# The end of every mode: its notes, its failures, the exit status.
+finish() {
+    local p
+    if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
+    if [ "$FAILED" != 0 ]; then
+        echo
+        echo "FAILURES:"
+        for p in "${PROBLEMS[@]}"; do echo "  - $p"; done
+    fi
+    exit "$FAILED"
+}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench_compare.XXXXXX") || { say "mktemp failed"; exit 1; }
 trap 'rm -rf "$WORK"' EXIT
@@ -880,13 +891,7 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
         echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
         echo "written: $OUT/$NAME.md$( [ $PNG_OK = 1 ] && echo " and $OUT/$NAME.png") and $OUT/$NAME.tsv"
     fi
-    if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
-    if [ $FAILED != 0 ]; then
-        echo
-        echo "FAILURES:"
-        for p in "${PROBLEMS[@]}"; do echo "  - $p"; done
-    fi
-    exit $FAILED
+    finish
 fi
 
 # ---------------------------------------------------------------- benchmarks
@@ -1448,10 +1453,4 @@ if [ -n "$MEMTABLE" ]; then echo; echo "bench_rss, memory given back (medians, l
 echo
 echo "commit $COMMIT, $RUNS run$( [ "$RUNS" = 1 ] || echo s) each, interleaved, $(fmt_dur $ELAPSED) in all"
 echo "written: $OUT/$NAME.md$( [ $PNG_OK = 1 ] && echo " and $OUT/$NAME.png")"
-if [ ${#NOTES[@]} -gt 0 ]; then for p in "${NOTES[@]}"; do echo "note: $p"; done; fi
-if [ $FAILED != 0 ]; then
-    echo
-    echo "FAILURES:"
-    for p in "${PROBLEMS[@]}"; do echo "  - $p"; done
-fi
-exit $FAILED
+finish
