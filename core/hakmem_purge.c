@@ -235,7 +235,8 @@ static void inline_schedule(uint32_t ms) {
  * path to give back what it freed, so nothing waits for a delay any more:
  * memory goes back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0 (and
  * as glibc's trim does).  What was stamped before goes at the next slow
- * path (and any a thread stamps while it reads the delay: stranded). */
+ * path.  (A thread that read the old delay as this runs may stamp after
+ * that pass: what it stamped waits for malloc_trim or a later pass.) */
 static void no_thread_for_good(void) {
     purge_no_thread = true;
     __atomic_store_n(&hak_opt.purge_delay_ms, 0, __ATOMIC_RELAXED);
@@ -259,10 +260,7 @@ void hak_purge_init(void) {
 /* Something was stamped: make sure someone will give it back.  Called with
  * no hakmem lock held (pthread_create allocates). */
 void hak_purge_kick(void) {
-    if (hak_purge_delay() == 0) {
-        if (purge_no_thread) inline_schedule(0);
-        return;
-    }
+    if (hak_purge_delay() == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (!thread_allowed()) {
         no_thread_for_good();
@@ -291,10 +289,7 @@ void hak_purge_kick(void) {
  * Until the next malloc slow path starts one, or for good where none can
  * be made, the free paths give back what falls due themselves. */
 void hak_purge_request(void) {
-    if (hak_purge_delay() == 0) {
-        if (purge_no_thread) inline_schedule(0);
-        return;
-    }
+    if (hak_purge_delay() == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) {
         if (atomic_load(&purger_idle)) hak_os_wake(&purger_wake);
         return;
