@@ -140,10 +140,11 @@ bench-full: lib benches
 # ---- tests ---------------------------------------------------------------
 # tests/unit/*.c and tests/stress/*.c are cmocka programs linked with
 # libhakmem.a (build/tests/) and with the hardened build (build/tests-hardened/).
-TEST_SRC  := $(wildcard tests/unit/*.c tests/stress/*.c)
-TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-TEST_BINS_H := $(patsubst tests/%.c,$(BUILD)/tests-hardened/%,$(TEST_SRC))
+TEST_SRC  := $(wildcard tests/unit/*.c tests/stress/*.c tests/unit/*.cc)
+TEST_BINS := $(patsubst tests/%,$(BUILD)/tests/%,$(basename $(TEST_SRC)))
+TEST_BINS_H := $(patsubst tests/%,$(BUILD)/tests-hardened/%,$(basename $(TEST_SRC)))
 TEST_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Itests
+TEST_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -Itests
 
 tests: $(TEST_BINS) $(TEST_BINS_H)
 
@@ -164,6 +165,25 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 $(BUILD)/tests-hardened/%: tests/%.c $(wildcard tests/*/*.h) $(BUILD)/libhakmem_hardened.a
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a $(TEST_LDLIBS) -lcmocka -ldl
+
+# The C++ test (operator new and delete) and the two programs it runs: the
+# same source with no hakmem, for LD_PRELOAD, and with its own operator new
+# beside libhakmem.a.
+CXX_HELPERS := $(BUILD)/tests/lib/cxx_new_plain $(BUILD)/tests/lib/cxx_own_new
+$(BUILD)/tests/lib/cxx_new_plain: tests/unit/test_cxx_new.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) -DCXX_PLAIN $< -o $@ -lcmocka -ldl
+$(BUILD)/tests/lib/cxx_own_new: tests/unit/test_cxx_new.cc libhakmem.a
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) -DCXX_OWN_NEW $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -ldl
+
+$(BUILD)/tests/%: tests/%.cc libhakmem.a $(CXX_HELPERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
+
+$(BUILD)/tests-hardened/%: tests/%.cc $(BUILD)/libhakmem_hardened.a $(CXX_HELPERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a -lcmocka -ldl
 
 # test, check and soak build with every CPU unless -j was given, and time
 # themselves from the start (TEST_START): run_tests.sh prints the elapsed

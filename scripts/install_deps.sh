@@ -9,12 +9,13 @@ MODE="${1:-test}"
 export DEBIAN_FRONTEND=noninteractive
 
 case "$MODE" in
+  # g++ builds the C++ test (tests/unit/test_cxx_new.cc: operator new);
   # sqlite3, redis-server and redis-tools are driven by scripts/run_apps.sh;
   # google-perftools (google-pprof) and binutils (addr2line, nm, which
   # google-pprof runs) read the heap profiles in tests/unit/test_profile.c
   # and in scripts/test_install.sh (hakmem prof), where cmake builds a
   # project against the installed CMake package.
-  test)  PKGS=(gcc make libc6-dev libcmocka-dev python3 git perl coreutils diffutils mawk
+  test)  PKGS=(gcc g++ make libc6-dev libcmocka-dev python3 git perl coreutils diffutils mawk
                sqlite3 redis-server redis-tools google-perftools graphviz binutils cmake) ;;
   bench) PKGS=(libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 gnuplot-nox python3) ;;
   *) echo "usage: $0 test|bench" >&2; exit 2 ;;
