@@ -10,7 +10,8 @@
 #                             (an hour or more on 2 CPUs)
 #   make sanitize / fuzz      UBSan+TSan unit tests / libFuzzer (FUZZ_SECONDS=60)
 #   make bench / bench-full   benchmarks, hakmem against other allocators
-#                             (bench-full: then the mimalloc-bench suite, if present)
+#                             (bench-full: the mimalloc-bench suite first, if present;
+#                             latest.md carries its summary)
 #   make install PREFIX=/usr/local DESTDIR=   libraries, header, pkg-config and
 #                             CMake files, the hakmem launcher
 
@@ -134,8 +135,8 @@ bench: lib benches
 # then the mimalloc-bench suite's rows (docs/benchmarks/suite.md); without
 # ../shared/mimalloc-bench that step says so and succeeds
 bench-full: lib benches
-	scripts/bench_compare.sh
 	scripts/bench_compare.sh --suite mimalloc-bench
+	scripts/bench_compare.sh
 
 # ---- tests ---------------------------------------------------------------
 # tests/unit/*.c and tests/stress/*.c are cmocka programs linked with

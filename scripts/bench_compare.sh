@@ -395,6 +395,24 @@ peer_versions() {
     echo "${out%, }"
 }
 PEERS_V=$(peer_versions)
+# latest.md carries the suite's summary: hakmem against the best peer of each
+# row, with the date, commit and machine of that run, taken from OUT/suite.md
+# (`make bench-full` runs the suite first).
+suite_summary() {
+    local f="$OUT/suite.md"
+    [ "$NAME" = latest ] && [ -f "$f" ] || return 0
+    echo
+    echo "## The mimalloc-bench suite"
+    echo
+    echo "From [suite.md](suite.md), its own run (\`--suite mimalloc-bench\`): the suite's programs with their own arguments; every allocator's figures and the method are there."
+    echo
+    grep -E '^- (date|commit|machine|peers):' "$f"
+    echo
+    awk '/^## .* against the best of the others/ { on = 1; next }
+         on && /^\|/ { print; seen = 1; next }
+         on && seen { exit }' "$f"
+}
+
 fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
 
 # Why a run failed, from its exit status and seconds; empty if it did not
@@ -552,8 +570,11 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
         LIB[hakmem]="$SNAP/libhakmem.so"
     fi
     if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && command -v make >/dev/null 2>&1; then
-        make -C "$REPO" -q lib benches >/dev/null 2>&1
-        [ $? = 1 ] && note "the build is older than the sources (run 'make lib benches'): these results are for the binaries as built"
+        # build/bench only matters to the rows of our own programs
+        targets=(lib)
+        for i in "${!X_ID[@]}"; do [ "${X_KIND[$i]}" = own ] && { targets+=(benches); break; }; done
+        make -C "$REPO" -q "${targets[@]}" >/dev/null 2>&1
+        [ $? = 1 ] && note "the build is older than the sources (run 'make ${targets[*]}'): these results are for the binaries as built"
     fi
     if awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
         note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
@@ -1440,6 +1461,7 @@ cp "$RAW" "$OUT/$NAME.tsv"
         echo "$MEMTABLE"
     fi
     if [ $PNG_OK = 1 ]; then echo; echo "![ratios]($NAME.png)"; fi
+    suite_summary
     if [ ${#PROBLEMS[@]} -gt 0 ]; then echo; echo "## Problems"; echo; for p in "${PROBLEMS[@]}"; do echo "- $p"; done; fi
     if [ ${#NOTES[@]} -gt 0 ]; then echo; echo "## Notes"; echo; for p in "${NOTES[@]}"; do echo "- $p"; done; fi
     echo

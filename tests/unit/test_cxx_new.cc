@@ -144,6 +144,9 @@ static void test_cxx_new_sizes(void **state) {
         assert_non_null(d);
         ::operator delete(d);               /* and delete one malloc made */
     }
+    ::operator delete(nullptr);             /* as free(NULL) */
+    delete[] static_cast<char *>(nullptr);
+    ::operator delete(nullptr, std::size_t{16});
     /* a burst that goes through the caches and back */
     enum { N = 20000 };
     int **v = new int *[N];
