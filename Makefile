@@ -170,19 +170,23 @@ $(BUILD)/tests-hardened/%: tests/%.c $(wildcard tests/*/*.h) $(BUILD)/libhakmem_
 # The C++ test (operator new and delete) and the two programs it runs: the
 # same source with no hakmem, for LD_PRELOAD, and with its own operator new
 # beside libhakmem.a.
-CXX_HELPERS := $(BUILD)/tests/lib/cxx_new_plain $(BUILD)/tests/lib/cxx_own_new
+CXX_HELPERS := $(BUILD)/tests/lib/cxx_new_plain $(BUILD)/tests/lib/cxx_own_new \
+               $(BUILD)/tests/lib/cxx_own_new_plain
 $(BUILD)/tests/lib/cxx_new_plain: tests/unit/test_cxx_new.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(TEST_CXXFLAGS) -DCXX_PLAIN $< -o $@ -lcmocka -ldl
+$(BUILD)/tests/lib/cxx_own_new_plain: tests/unit/test_cxx_new.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) -DCXX_OWN_NEW $< -o $@ -ldl
 $(BUILD)/tests/lib/cxx_own_new: tests/unit/test_cxx_new.cc libhakmem.a
 	@mkdir -p $(dir $@)
 	$(CXX) $(TEST_CXXFLAGS) -DCXX_OWN_NEW $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -ldl
 
-$(BUILD)/tests/%: tests/%.cc libhakmem.a $(CXX_HELPERS)
+$(BUILD)/tests/%: tests/%.cc libhakmem.a $(CXX_HELPERS) | libhakmem.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(TEST_CXXFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic -lcmocka -ldl
 
-$(BUILD)/tests-hardened/%: tests/%.cc $(BUILD)/libhakmem_hardened.a $(CXX_HELPERS)
+$(BUILD)/tests-hardened/%: tests/%.cc $(BUILD)/libhakmem_hardened.a $(CXX_HELPERS) | libhakmem_hardened.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(TEST_CXXFLAGS) -DHAK_HARDENED=1 $< -o $@ $(BUILD)/libhakmem_hardened.a -lcmocka -ldl
 

@@ -340,95 +340,48 @@ void hak_free(void *p) {
 
 /* ---- C++ operator new and delete --------------------------------------------------- */
 /* libstdc++'s operator new is a loop around malloc that runs the program's
- * new_handler and throws std::bad_alloc, and its delete a jump to free: two
- * calls and a test per new, a call per delete.  Defined here under their
- * Itanium ABI names (the interposed list at the end of this file), new is
- * malloc's fast path and delete is free itself.  Only where malloc finds no
- * memory does the C++ library's own operator new, the next definition in
- * lookup order, take over: it asks malloc again, runs the new_handler and
- * throws, which C cannot.  Array new is plain new (libstdc++'s calls it);
- * the sized and aligned deletes ignore what free does not need. */
-enum { CXX_NEW, CXX_NEW_NOTHROW, CXX_NEW_ALIGNED, CXX_NEW_ALIGNED_NOTHROW };
+ * new_handler and throws std::bad_alloc: two calls and a test per new.
+ * hakmem defines the two operators every other form goes through
+ * (Itanium ABI names, at the end of this file): new is malloc's fast path,
+ * delete is free.  Only these two: libstdc++'s array, sized and nothrow
+ * forms call them, so a program that replaces just these two still gets
+ * every form through its own (the standard requires it); the aligned
+ * forms stay libstdc++'s (aligned_alloc and free).  When malloc finds no
+ * memory, new runs libstdc++'s loop itself, through the C++ library's
+ * get_new_handler and __throw_bad_alloc (weak: a C program has neither). */
+extern void (*_ZSt15get_new_handlerv(void))(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
-HAK_ALLOC_PATH void *hak_cxx_new(size_t size);
-HAK_ALLOC_PATH void *hak_cxx_new_nothrow(size_t size, const void *tag);
-HAK_ALLOC_PATH void *hak_cxx_new_aligned(size_t size, size_t align);
-HAK_ALLOC_PATH void *hak_cxx_new_aligned_nothrow(size_t size, size_t align, const void *tag);
-
-static HAK_NOINLINE void *cxx_new_failed(unsigned kind, size_t size, size_t align, const void *tag) {
-    static const char *const name[] = {
-        "_Znwm", "_ZnwmRKSt9nothrow_t", "_ZnwmSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t",
-    };
-    void *const own[] = {
-        (void *)hak_cxx_new, (void *)hak_cxx_new_nothrow,
-        (void *)hak_cxx_new_aligned, (void *)hak_cxx_new_aligned_nothrow,
-    };
-    void *next = hak_os_next_symbol(name[kind]);
-    if (next != NULL && next != own[kind]) {
-        switch (kind) {
-        case CXX_NEW: {
-            void *(*fn)(size_t);
-            *(void **)&fn = next;
-            return fn(size);
-        }
-        case CXX_NEW_NOTHROW: {
-            void *(*fn)(size_t, const void *);
-            *(void **)&fn = next;
-            return fn(size, tag);
-        }
-        case CXX_NEW_ALIGNED: {
-            void *(*fn)(size_t, size_t);
-            *(void **)&fn = next;
-            return fn(size, align);
-        }
-        default: {
-            void *(*fn)(size_t, size_t, const void *);
-            *(void **)&fn = next;
-            return fn(size, align, tag);
-        }
-        }
+HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_failed(size_t size) {
+    for (;;) {
+        void (*handler)(void) = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+        if (handler == NULL) break;
+        handler();
+        void *p = hak_malloc(size);
+        if (p != NULL) return p;
     }
-    /* No C++ library after hakmem (operator new called by name from C). */
-    if (kind == CXX_NEW_NOTHROW || kind == CXX_NEW_ALIGNED_NOTHROW) return NULL;
+    if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
     hak_fatal("out of memory in operator new, with no C++ library to throw std::bad_alloc; size",
               (const void *)size);
 }
 
-/* What the Tiny fast path below did not serve: malloc's slow path or the
- * mid and large tiers, then the C++ library when they found nothing. */
-HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_slow(size_t size, hak_heap_t *h, unsigned kind, const void *tag) {
+/* What the Tiny fast path did not serve: malloc's slow path or the mid
+ * and large tiers, then the new_handler loop. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_slow(size_t size, hak_heap_t *h) {
     void *p = size <= HAK_TINY_MAX ? malloc_slow(size, h) : alloc_mid_or_large(size, h);
     if (hak_likely(p != NULL)) return p;
-    return cxx_new_failed(kind, size, 0, tag);
+    return cxx_new_failed(size);
 }
 
-/* malloc's Tiny fast path, with no frame: the NULL test of a failed
- * allocation is the slow path's. */
-static inline HAK_ALLOC_PATH void *cxx_new(size_t size, unsigned kind, const void *tag) {
+/* malloc's Tiny fast path, with no frame: a failed allocation's NULL test
+ * is the slow path's. */
+HAK_ALLOC_PATH void *hak_cxx_new(size_t size) {
     hak_heap_t *h = hak_tls_fast_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) {
         void *p = hak_tiny_alloc(h, size);
         if (hak_likely(p != NULL)) return p;
     }
-    return cxx_new_slow(size, h, kind, tag);
-}
-
-HAK_ALLOC_PATH void *hak_cxx_new(size_t size) { return cxx_new(size, CXX_NEW, NULL); }
-
-HAK_ALLOC_PATH void *hak_cxx_new_nothrow(size_t size, const void *tag) {
-    return cxx_new(size, CXX_NEW_NOTHROW, tag);
-}
-
-HAK_ALLOC_PATH void *hak_cxx_new_aligned(size_t size, size_t align) {
-    void *p = hak_memalign(align, size);
-    if (hak_likely(p != NULL)) return p;
-    return cxx_new_failed(CXX_NEW_ALIGNED, size, align, NULL);
-}
-
-HAK_ALLOC_PATH void *hak_cxx_new_aligned_nothrow(size_t size, size_t align, const void *tag) {
-    void *p = hak_memalign(align, size);
-    if (hak_likely(p != NULL)) return p;
-    return cxx_new_failed(CXX_NEW_ALIGNED_NOTHROW, size, align, tag);
+    return cxx_new_slow(size, h);
 }
 
 /* ---- sizes and realloc ------------------------------------------------------------ */
@@ -558,31 +511,10 @@ struct mallinfo  mallinfo(void) HAK_ALIAS(fwd_mallinfo);
 void   malloc_stats(void) HAK_ALIAS(fwd_malloc_stats);
 int    malloc_info(int options, FILE *out) HAK_ALIAS(fwd_malloc_info);
 
-/* C++ (Itanium ABI names; see "C++ operator new and delete" above).  Weak: a
- * program linked with -lhakmem that defines its own operator new keeps it. */
+/* C++ (see "C++ operator new and delete" above): operator new(size_t) and
+ * operator delete(void *).  Weak: a program linked with -lhakmem that
+ * defines its own keeps it. */
 #define HAK_CXX_ALIAS(target) __attribute__((alias(#target), visibility("default"), used, weak))
 void  *_Znwm(size_t size) HAK_CXX_ALIAS(hak_cxx_new);
-void  *_Znam(size_t size) HAK_CXX_ALIAS(hak_cxx_new);
-void  *_ZnwmRKSt9nothrow_t(size_t size, const void *tag) HAK_CXX_ALIAS(hak_cxx_new_nothrow);
-void  *_ZnamRKSt9nothrow_t(size_t size, const void *tag) HAK_CXX_ALIAS(hak_cxx_new_nothrow);
-void  *_ZnwmSt11align_val_t(size_t size, size_t align) HAK_CXX_ALIAS(hak_cxx_new_aligned);
-void  *_ZnamSt11align_val_t(size_t size, size_t align) HAK_CXX_ALIAS(hak_cxx_new_aligned);
-void  *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const void *tag)
-    HAK_CXX_ALIAS(hak_cxx_new_aligned_nothrow);
-void  *_ZnamSt11align_val_tRKSt9nothrow_t(size_t size, size_t align, const void *tag)
-    HAK_CXX_ALIAS(hak_cxx_new_aligned_nothrow);
-/* Every delete is free: the arguments after the pointer (size, alignment,
- * nothrow tag) arrive in registers free does not read. */
 void   _ZdlPv(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPv(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdlPvm(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPvm(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdlPvRKSt9nothrow_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPvRKSt9nothrow_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdlPvSt11align_val_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPvSt11align_val_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdlPvmSt11align_val_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPvmSt11align_val_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p) HAK_CXX_ALIAS(hak_free);
-void   _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p) HAK_CXX_ALIAS(hak_free);
 #endif /* HAK_NO_INTERPOSE */

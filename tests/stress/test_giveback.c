@@ -32,7 +32,8 @@
  *     1000 threads, alive at once, each allocate and free 200 blocks of
  *     16..1024 B (they outgrow the nursery: heaps of their own), then exit,
  *     joined; with the main thread idle, within 10 delays the resident size
- *     is back within 16 MiB of the start: their heaps gave back the caches,
+ *     is back within 16 MiB of the start (24 with no purger, where they
+ *     settle at their exit): their heaps gave back the caches,
  *     spare slabs and SuperSlab they kept for a next thread (settled a
  *     delay after, or at their exit when there is no delay).
  *
@@ -213,14 +214,18 @@ static int child_settle(void)
     for (int i = 0; i < T; i++)
         if (pthread_create(&t[i], &attr, churn_and_exit, (void *)(uintptr_t)i) != 0) return 1;
     for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+    /* With no purger the heaps settle at their threads' exit, and keep a
+     * few MiB more than a delay later with one (13 MiB; measured 12.5-20.5
+     * with HAKMEM_PURGE_THREAD=0; glibc keeps 111 here). */
+    size_t bound = no_purger() ? 24 * MiB : 16 * MiB;
     size_t joined = st_rss_bytes(), later = joined;
-    for (int w = 0; w < 10 * DELAY_MS / 20 && later > rss0 + 16 * MiB; w++) {
+    for (int w = 0; w < 10 * DELAY_MS / 20 && later > rss0 + bound; w++) {
         sleep_ms(20);
         later = st_rss_bytes();
     }
     printf("settle: RSS %zu KiB before, %zu after %d threads exited, %zu after waiting\n",
            rss0 >> 10, joined >> 10, T, later >> 10);
-    if (later > rss0 + 16 * MiB) {
+    if (later > rss0 + bound) {
         printf("FAIL: the exited threads' heaps kept %zu KiB\n", (later - rss0) >> 10);
         return 1;
     }

@@ -1,34 +1,36 @@
 /* Unit tests: C++ operator new and delete (core/hakmem.c, "C++ operator new
  * and delete").  A C++ test, the only one: what it checks is C++.
  *
- * Built three ways (Makefile):
+ * Built four ways (Makefile):
  *   build/tests/unit/test_cxx_new       linked with libhakmem.a, like every
- *                                       test: hakmem's operator new is in the
- *                                       executable;
+ *                                       test: hakmem's operator new and
+ *                                       delete are in the executable;
  *   build/tests/lib/cxx_new_plain       -DCXX_PLAIN, no hakmem: run by the
  *                                       test preload with LD_PRELOAD of
  *                                       libhakmem.so (the hardened test with
  *                                       libhakmem_hardened.so), as users run it;
- *   build/tests/lib/cxx_own_new         -DCXX_OWN_NEW, linked with libhakmem.a
- *                                       and defining its own operator new,
- *                                       which must link (hakmem's are weak) and
- *                                       be the one called.
+ *   build/tests/lib/cxx_own_new         -DCXX_OWN_NEW: a program that
+ *   build/tests/lib/cxx_own_new_plain   replaces only operator new(size_t) and
+ *                                       delete(void *), linked with libhakmem.a
+ *                                       (it must link: hakmem's are weak) and
+ *                                       without, run under LD_PRELOAD.
  *
  * test_cxx_new_is_hakmem      operator new and delete resolve to hakmem's
  * test_cxx_new_sizes          new / new[] / sized delete / nothrow new over
- *                             every tier; the blocks are hakmem's (usable
- *                             size), writable, and free() takes them too
+ *                             every tier (the C++ library's forms, through
+ *                             hakmem's two), mixed with malloc and free
  * test_cxx_new_aligned        aligned new, 32 B .. 64 KiB alignments
  * test_cxx_new_bad_alloc      a request no allocator can meet throws
- *                             std::bad_alloc (the C++ library's operator new,
- *                             which hakmem's calls when malloc finds nothing);
- *                             nothrow new returns nullptr; so do the aligned
- *                             forms
+ *                             std::bad_alloc, aligned or not; the nothrow
+ *                             forms return nullptr
  * test_cxx_new_handler        the program's new_handler runs when memory runs
- *                             out, and new returns once it made room
+ *                             out: one that gives up is called once, then
+ *                             bad_alloc; once one has made room, new returns
  * test_cxx_new_preload        cxx_new_plain under LD_PRELOAD passes all of the
  *                             above
- * test_cxx_new_own_operator   cxx_own_new's own operator new wins */
+ * test_cxx_new_own_operator   a program's own operator new and delete serve
+ *                             every form (sized delete, new[], nothrow), with
+ *                             hakmem linked in and preloaded */
 #include <cerrno>
 #include <csetjmp>
 #include <cstdarg>
@@ -49,24 +51,37 @@ extern "C" {
 }
 
 #ifdef CXX_OWN_NEW
-/* A program's own operator new, linked beside libhakmem.a. */
-static unsigned own_news;
+#pragma GCC diagnostic ignored "-Wsized-deallocation"   /* only the two, on purpose */
+/* A program that replaces only operator new(size_t) and operator
+ * delete(void *), with blocks of its own (16 bytes into what malloc gave):
+ * every other form must come through these two, as the standard says. */
+static unsigned own_news, own_deletes;
 void *operator new(std::size_t n) {
     own_news++;
-    void *p = std::malloc(n ? n : 1);
+    char *p = static_cast<char *>(std::malloc(n + 16));
     if (p == nullptr) throw std::bad_alloc();
-    return p;
+    return p + 16;
 }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p) noexcept {
+    if (p == nullptr) return;
+    own_deletes++;
+    std::free(static_cast<char *>(p) - 16);
+}
+
+struct pair { long a, b; };
 
 int main() {
-    int *volatile p = new int(7);
-    delete p;
-    void *q = std::malloc(24);      /* hakmem's malloc is linked in */
+    pair *volatile one = new pair{1, 2};
+    delete one;                                 /* sized delete */
+    char *volatile many = new char[100];
+    delete[] many;                              /* array new and delete */
+    int *volatile quiet = new (std::nothrow) int(3);
+    delete quiet;                               /* nothrow new */
+    void *q = std::malloc(24);                  /* hakmem's malloc, linked in or preloaded */
     std::free(q);
-    if (own_news != 1) {
-        std::printf("FAIL: the program's own operator new ran %u times, not once\n", own_news);
+    if (own_news != 3 || own_deletes != 3) {
+        std::printf("FAIL: the program's own operator new ran %u times and delete %u, not 3 and 3\n",
+                    own_news, own_deletes);
         return 1;
     }
     return 0;
@@ -93,19 +108,11 @@ static bool from_hakmem(void *fn) {
 static void test_cxx_new_is_hakmem(void **state) {
     (void)state;
     void *(*nw)(std::size_t) = &::operator new;
-    void *(*na)(std::size_t) = &::operator new[];
     void (*dl)(void *) noexcept = &::operator delete;
-    void (*dls)(void *, std::size_t) noexcept = &::operator delete;
-    void *(*nal)(std::size_t, std::align_val_t) = &::operator new;
-    struct { const char *what; void *fn; } fns[] = {
-        { "operator new", reinterpret_cast<void *>(nw) },
-        { "operator new[]", reinterpret_cast<void *>(na) },
-        { "operator delete", reinterpret_cast<void *>(dl) },
-        { "sized operator delete", reinterpret_cast<void *>(dls) },
-        { "aligned operator new", reinterpret_cast<void *>(nal) },
-    };
-    for (auto &f : fns)
-        if (!from_hakmem(f.fn)) fail_msg("%s comes from %s", f.what, defined_in(f.fn));
+    if (!from_hakmem(reinterpret_cast<void *>(nw)))
+        fail_msg("operator new comes from %s", defined_in(reinterpret_cast<void *>(nw)));
+    if (!from_hakmem(reinterpret_cast<void *>(dl)))
+        fail_msg("operator delete comes from %s", defined_in(reinterpret_cast<void *>(dl)));
 }
 
 /* A size in each tier and at the classes' edges. */
@@ -173,8 +180,8 @@ static void test_cxx_new_aligned(void **state) {
     }
 }
 
-/* More than any machine has, less than what malloc rejects as an overflow. */
-static const std::size_t too_much = std::size_t{1} << 46;
+/* More than the address space holds, whatever the overcommit setting. */
+static const std::size_t too_much = std::size_t{1} << 48;
 
 /* Whether the new of n bytes (aligned to align, when not 0) threw bad_alloc. */
 static bool new_throws(std::size_t n, std::size_t align) {
@@ -298,12 +305,21 @@ static void test_cxx_new_preload(void **state) {
 
 static void test_cxx_new_own_operator(void **state) {
     (void)state;
-    char root[4096], lib[4096], prog[4200];
+    char root[4096], lib[4096], prog[4200], so[4200];
     assert_true(paths(root, lib, sizeof root));
     std::snprintf(prog, sizeof prog, "%s/cxx_own_new", lib);
     int status = run(prog, nullptr);
     if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("%s: status 0x%x", prog, status);
+    std::snprintf(prog, sizeof prog, "%s/cxx_own_new_plain", lib);
+#ifdef HAK_HARDENED
+    std::snprintf(so, sizeof so, "%s/libhakmem_hardened.so", root);
+#else
+    std::snprintf(so, sizeof so, "%s/libhakmem.so", root);
+#endif
+    status = run(prog, so);
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("%s under LD_PRELOAD=%s: status 0x%x", prog, so, status);
 }
 #endif
 
