@@ -352,25 +352,21 @@ void hak_free(void *p) {
 extern void (*_ZSt15get_new_handlerv(void))(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
-HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_failed(size_t size) {
-    for (;;) {
-        void (*handler)(void) = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
-        if (handler == NULL) break;
-        handler();
-        void *p = hak_malloc(size);
-        if (p != NULL) return p;
-    }
-    if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
-    hak_fatal("out of memory in operator new, with no C++ library to throw std::bad_alloc; size",
-              (const void *)size);
-}
-
 /* What the Tiny fast path did not serve: malloc's slow path or the mid
- * and large tiers, then the new_handler loop. */
+ * and large tiers, then, with no memory, libstdc++'s loop. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_slow(size_t size, hak_heap_t *h) {
     void *p = size <= HAK_TINY_MAX ? malloc_slow(size, h) : alloc_mid_or_large(size, h);
-    if (hak_likely(p != NULL)) return p;
-    return cxx_new_failed(size);
+    while (p == NULL) {
+        void (*handler)(void) = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+        if (handler == NULL) {
+            if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+            hak_fatal("out of memory in operator new, with no C++ library to throw std::bad_alloc; size",
+                      (const void *)size);
+        }
+        handler();
+        p = hak_malloc(size);
+    }
+    return p;
 }
 
 /* malloc's Tiny fast path, with no frame: a failed allocation's NULL test
