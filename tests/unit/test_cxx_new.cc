@@ -272,6 +272,15 @@ static bool paths(char *root, char *lib, std::size_t len) {
     return true;
 }
 
+/* The library the preloaded programs run under: the build's own flavour. */
+static void preload_lib(const char *root, char *so, std::size_t len) {
+#ifdef HAK_HARDENED
+    std::snprintf(so, len, "%s/libhakmem_hardened.so", root);
+#else
+    std::snprintf(so, len, "%s/libhakmem.so", root);
+#endif
+}
+
 static int run(const char *prog, const char *preload) {
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -292,11 +301,7 @@ static void test_cxx_new_preload(void **state) {
     char root[4096], lib[4096], prog[4200], so[4200];
     assert_true(paths(root, lib, sizeof root));
     std::snprintf(prog, sizeof prog, "%s/cxx_new_plain", lib);
-#ifdef HAK_HARDENED
-    std::snprintf(so, sizeof so, "%s/libhakmem_hardened.so", root);
-#else
-    std::snprintf(so, sizeof so, "%s/libhakmem.so", root);
-#endif
+    preload_lib(root, so, sizeof so);
     if (access(so, R_OK) != 0) fail_msg("%s is not built", so);
     int status = run(prog, so);
     if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -312,11 +317,7 @@ static void test_cxx_new_own_operator(void **state) {
     if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("%s: status 0x%x", prog, status);
     std::snprintf(prog, sizeof prog, "%s/cxx_own_new_plain", lib);
-#ifdef HAK_HARDENED
-    std::snprintf(so, sizeof so, "%s/libhakmem_hardened.so", root);
-#else
-    std::snprintf(so, sizeof so, "%s/libhakmem.so", root);
-#endif
+    preload_lib(root, so, sizeof so);
     status = run(prog, so);
     if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("%s under LD_PRELOAD=%s: status 0x%x", prog, so, status);
