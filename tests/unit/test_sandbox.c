@@ -154,14 +154,18 @@ static int child_madvise_refused(void)
     return dirty == 0 ? 0 : 1;
 }
 
+/* The system calls that make a thread. */
+static const int clone_calls[] = {
+    SYS_clone,
+#ifdef SYS_clone3
+    SYS_clone3,
+#endif
+};
+#define CLONE_CALLS ((int)(sizeof clone_calls / sizeof clone_calls[0]))
+
 static int child_clone_killed(void)
 {
-#ifdef SYS_clone3
-    const int nrs[] = { SYS_clone, SYS_clone3 };
-#else
-    const int nrs[] = { SYS_clone };
-#endif
-    if (!install_filter(nrs, (int)(sizeof nrs / sizeof nrs[0]), SECCOMP_RET_KILL_PROCESS))
+    if (!install_filter(clone_calls, CLONE_CALLS, SECCOMP_RET_KILL_PROCESS))
         return CHILD_SKIP;
     /* 8 x 16 MiB and 64 MiB of blocks over the slab tiers, all freed. */
     enum { N = 40000 };
@@ -191,15 +195,10 @@ static int child_clone_killed(void)
 
 static int child_thread_refused(void)
 {
-#ifdef SYS_clone3
-    const int nrs[] = { SYS_clone, SYS_clone3 };
-#else
-    const int nrs[] = { SYS_clone };
-#endif
     hak_info_t in;
     hak_get_info(&in);
     if (in.purge_delay_ms == 0) return 0;     /* the row gives back at once: no purger asked for */
-    if (!install_filter(nrs, (int)(sizeof nrs / sizeof nrs[0]), SECCOMP_RET_ERRNO | EAGAIN))
+    if (!install_filter(clone_calls, CLONE_CALLS, SECCOMP_RET_ERRNO | EAGAIN))
         return CHILD_SKIP;
     for (int attempt = 1; attempt <= 3; attempt++) {
         if (attempt > 1) usleep(1100 * 1000);     /* a refused start is tried again a second later */
