@@ -413,6 +413,19 @@ suite_summary() {
          on && seen { exit }' "$f"
 }
 
+# The lines every chart's gnuplot script starts with: WIDTH x HEIGHT, into
+# OUT/NAME.png, tab-separated data with "-" for a missing value (pngcairo
+# where this gnuplot has it).
+chart_head() {
+    local term="pngcairo size $1,$2 font 'sans,10'"
+    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size $1,$2"
+    echo "set terminal $term"
+    echo "set termoption noenhanced"
+    echo "set output '$OUT/$NAME.png'"
+    echo "set datafile separator \"\\t\""
+    echo "set datafile missing \"-\""
+}
+
 fmt_dur() { awk -v s="$1" 'BEGIN { printf "%d:%02d", s / 60, s % 60 }'; }
 
 # Why a run failed, from its exit status and seconds; empty if it did not
@@ -856,17 +869,11 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
                             printf "\n"
                         }
                     }' "$XBEST" > "$dat"
-                term="pngcairo size 1000,560 font 'sans,10'"
-                gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size 1000,560"
                 ng=${#GROUPS_ORDER[@]}
                 plot="plot '$dat' using 1:(lg(\$2)) with linespoints lw 2 title columnheader(2)"
                 for ((c = 3; c <= ng + 1; c++)); do plot+=", '' using 1:(lg(\$$c)) with linespoints lw 2 title columnheader($c)"; done
                 {
-                    echo "set terminal $term"
-                    echo "set termoption noenhanced"
-                    echo "set output '$OUT/$NAME.png'"
-                    echo "set datafile separator \"\\t\""
-                    echo "set datafile missing \"-\""
+                    chart_head 1000 560
                     echo "set title \"$REF speed / best other allocator's, by thread count (above 1 = $REF faster)\\ncommit $COMMIT, $DATE, $NCPU CPUs, median of $RUNS interleaved run$( [ "$RUNS" = 1 ] || echo s)\""
                     echo "set xlabel \"threads\""
                     echo "set ylabel \"speed ratio (log scale)\""
@@ -1359,19 +1366,13 @@ draw_chart() {
     # wide enough for one group of bars per benchmark
     local w=$(( 300 + 70 * ($(wc -l < "$dat") - 1) )); [ $w -lt 1100 ] && w=1100
     [ $have_ratios = 1 ] && [ $have_mem = 1 ] && w=$(( w + 400 ))
-    local term="pngcairo size $w,580 font 'sans,10'"
-    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 </dev/null || term="png size $w,580"
     # bars of log2(ratio), so that 2x faster and 2x slower are the same height
     # up and down from the 1.0 line (the numbers are in the table)
     local np=${#peers[@]} c p1
     p1="plot '$dat' using (lg(\$2)):xtic(1) title columnheader(2)"
     for ((c = 3; c <= np + 1; c++)); do p1+=", '' using (lg(\$$c)) title columnheader($c)"; done
     {
-        echo "set terminal $term"
-        echo "set termoption noenhanced"
-        echo "set output '$OUT/$NAME.png'"
-        echo "set datafile separator \"\\t\""
-        echo "set datafile missing \"-\""
+        chart_head "$w" 580
         echo "set style data histograms"
         echo "set style histogram clustered gap 1"
         echo "set style fill solid 0.85 border -1"
