@@ -106,6 +106,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
  * then the tier's slow path, and after it, every 256th time, housekeeping
  * (hakmem_purge.c), and the purger if the layers below stamped enough. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
+    if (hak_tls_remote.active != 0 && hak_remote_flush()) hak_purge_request();
     if (h == &hak_empty_heap) return malloc_first(size);
     if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) {
         void *q = hak_profile_alloc(size);
@@ -263,7 +264,7 @@ static HAK_NOINLINE void free_slab_block(void *p) {
          * (Read before the push: once p is on the list, the owner may
          * collect it and retire the slab.) */
         bool shared = hak_heap_is_shared(s->owner);
-        if (hak_remote_free(s, p) || shared) hak_purge_request();
+        if (hak_remote_free(s, p, !shared && !hak_opt.stats) || shared) hak_purge_request();
         return;
     }
     if (s->tier == HAK_TIER_TINY) {
@@ -271,6 +272,13 @@ static HAK_NOINLINE void free_slab_block(void *p) {
     } else if (!hak_pool_free(s->ring, p)) {
         free_ring_full(h, s->ring, p);
     }
+}
+
+/* Another thread's block: into this thread's batch of remote frees when
+ * it is of the batch's slab (a consumer freeing a producer's blocks in
+ * turn), else free_slab_block. */
+static HAK_NOINLINE void free_other(void *p) {
+    if (!hak_remote_batch_add(hak_slab_of(p), p)) free_slab_block(p);
 }
 
 /* Large blocks, blocks the heap profiler sampled, foreign pointers, junk,
@@ -332,7 +340,7 @@ void hak_free(void *p) {
         /* an L2.5 block goes on the freeing thread's ring (free_slab_block
          * when that is full, or the empty heap's) */
         if (s->owner == &hak_l25_heap && hak_pool_free(h->ring[s->cls], p)) return;
-        free_slab_block(p);
+        free_other(p);
         return;
     }
     free_cold(p, kind);

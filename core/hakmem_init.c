@@ -8,6 +8,7 @@
 #include "hakmem_large.h"
 #include "hakmem_profile.h"
 #include "hakmem_purge.h"
+#include "hakmem_remote.h"
 #include "hakmem_stats.h"
 #include "hakmem_superslab.h"
 #include "hakmem_options.h"
@@ -80,6 +81,14 @@ static void thread_exit(void *heap) {
     if (last) hak_purge_wake();
 }
 
+/* The destructor of the key of each thread's batches of remote frees
+ * (hakmem_remote.h): pushed, and the purger started if an owner has
+ * exited. */
+static void thread_exit_batches(void *batches) {
+    (void)batches;
+    if (hak_remote_thread_exit()) hak_purge_request();
+}
+
 /* ---- process start-up -------------------------------------------------------
  * Lazy and re-entrant: pthread_atfork may call malloc, so it runs after
  * hak_initialized is set. */
@@ -97,6 +106,7 @@ static void hak_init(void) {
     hak_profile_init();
     hak_free_check_init();
     hak_heap_init(thread_exit);
+    hak_remote_init(thread_exit_batches);
     hak_purge_init();
     atomic_store_explicit(&hak_initialized, 1, memory_order_release);
     hak_unlock(&init_lock);

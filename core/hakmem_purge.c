@@ -78,6 +78,7 @@
 #include "hakmem_purge.h"
 #include "hakmem_heap.h"
 #include "hakmem_large.h"
+#include "hakmem_remote.h"
 #include "hakmem_slab.h"
 #include "hakmem_superslab.h"
 #include "hakmem_chunk_map.h"
@@ -333,6 +334,7 @@ void hak_purge_wake(void) {
  * it could not give memory back. */
 bool hak_purge_everything(void) {
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
+    hak_remote_flush();     /* an abandoned owner's slab: reclaimed below */
     hak_heap_t *me = hak_tls_own_heap;
     if (me != NULL) {
         hak_heap_trim_self(me);

@@ -1,42 +1,123 @@
 /* Remote frees and the NOTIFY protocol: see hakmem_remote.h. */
 #include "hakmem_remote.h"
-#include "box/block_link_box.h"
 #include "box/size_class_box.h"
 
-/* A block freed by a thread that does not own its slab: one CAS onto the
- * slab's remote list (the new word also counts the block).  If the owner
- * had armed the slab, the first freer also pushes the slab onto the owner's
- * notify stack.  The slab cannot go away in between: a parked slab whose
- * NOTIFY is gone is never retired (slab_maybe_retire) until its
- * notification has come through.  True when the slab's heap has no thread
- * to collect it: the caller starts the purger. */
-bool hak_remote_free(hak_slab_t *s, void *p) {
-    hak_block_t *b = (hak_block_t *)p;
-    /* A ring-class block is stamped for the purger by its freer, whose
-     * cache holds the line it links anyway, so the owner can take the list
-     * without walking it (a walk of cold lines, serial: 20 % of a
-     * producer's time in bench_xthread). */
-    if (s->tier != HAK_TIER_TINY) hak_block_stamp(b, hak_now_ms());
+#include <pthread.h>
+
+/* Blocks head..tail (n of them, linked, all of slab s) freed by threads
+ * that do not own s: one CAS onto the slab's remote list (the new word also
+ * counts them).  If the owner had armed the slab, this freer also pushes
+ * the slab onto the owner's notify stack.  The slab cannot go away in
+ * between: a parked slab whose NOTIFY is gone is never retired
+ * (slab_maybe_retire) until its notification has come through.  True when
+ * the slab's heap has no thread to collect it: the caller starts the
+ * purger. */
+static bool remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t n) {
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
-        hak_link_set(b, (hak_block_t *)(old & HAK_REMOTE_LIST));
+        hak_link_set(tail, (hak_block_t *)(old & HAK_REMOTE_LIST));
     } while (!atomic_compare_exchange_weak_explicit(
                  &s->remote, &old,
-                 (uintptr_t)b | ((old & ~HAK_REMOTE_LIST & ~HAK_REMOTE_NOTIFY) + HAK_REMOTE_ONE),
+                 (uintptr_t)head | ((old & ~HAK_REMOTE_LIST & ~HAK_REMOTE_NOTIFY) + n * HAK_REMOTE_ONE),
                  memory_order_acq_rel, memory_order_relaxed));
     /* acq_rel: a freer that takes NOTIFY has seen the owner's arming of it */
     if (old & HAK_REMOTE_NOTIFY) {
         hak_heap_t *owner = s->owner;
-        hak_slab_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
+        hak_slab_t *top = atomic_load_explicit(&owner->notify, memory_order_relaxed);
         do {
-            s->notify_next = head;
-        } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, s,
+            s->notify_next = top;
+        } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &top, s,
                                                         memory_order_seq_cst,
                                                         memory_order_relaxed));
         /* No thread will collect it: the purger does (hakmem_purge.c). */
         return hak_heap_state(owner) == HAK_HEAP_ABANDONED;
     }
     return false;
+}
+
+__thread hak_remote_batches_t hak_tls_remote;
+
+static pthread_key_t batch_key;
+static bool batch_key_ready;
+
+void hak_remote_init(void (*exit_fn)(void *batches)) {
+    batch_key_ready = pthread_key_create(&batch_key, exit_fn) == 0;
+}
+
+/* Whether this thread may batch: once, its destructor is set (without one,
+ * its last batches would stay out when it exits). */
+static bool batch_ready(hak_remote_batches_t *t) {
+    if (hak_likely(t->state == HAK_BATCH_ON)) return true;
+    if (t->state == HAK_BATCH_UNREGISTERED)
+        t->state = batch_key_ready && pthread_setspecific(batch_key, t) == 0 ? HAK_BATCH_ON
+                                                                            : HAK_BATCH_OFF;
+    return t->state == HAK_BATCH_ON;
+}
+
+/* A ring-class block is stamped for the purger by its freer, whose cache
+ * holds the line it links anyway, so the owner can take the list without
+ * walking it (a walk of cold lines, serial: 20 % of a producer's time in
+ * bench_xthread).  A batch is stamped as it is pushed: one clock read. */
+static void stamp(const hak_slab_t *s, hak_block_t *b, hak_block_t *last) {
+    if (s->tier == HAK_TIER_TINY) return;
+    uint32_t now = hak_now_ms();
+    for (;; b = hak_link_get(b)) {
+        hak_block_stamp(b, now);
+        if (b == last) return;
+    }
+}
+
+/* Push batch c; its slab stays named, so the next block of it starts the
+ * next run. */
+static bool batch_flush(hak_remote_batches_t *t, unsigned c) {
+    hak_remote_batch_t *rb = &t->cls[c];
+    stamp(rb->slab, rb->head, rb->tail);
+    bool kick = remote_push(rb->slab, rb->head, rb->tail, rb->count);
+    rb->head = rb->tail = NULL;
+    rb->count = 0;
+    t->active &= ~((uint64_t)1 << c);
+    return kick;
+}
+
+bool hak_remote_free(hak_slab_t *s, void *p, bool batch) {
+    hak_remote_batches_t *t = &hak_tls_remote;
+    hak_block_t *b = (hak_block_t *)p;
+    unsigned c = s->cls;
+    bool kick = false;
+    if (batch && c < HAK_BATCH_CLASSES) {
+        hak_remote_batch_t *rb = &t->cls[c];
+        if (s == rb->slab) {            /* a run starts, or the batch is full */
+            if (rb->count == 0) rb->tail = b;
+            hak_link_set(b, rb->head);
+            rb->head = b;
+            t->active |= (uint64_t)1 << c;
+            return ++rb->count >= rb->limit && batch_flush(t, c);
+        }
+        uint32_t limit = HAK_REMOTE_BATCH_BYTES / hak_class_block_size[c];
+        if (limit > HAK_REMOTE_BATCH) limit = HAK_REMOTE_BATCH;
+        if (limit >= 2 && batch_ready(t)) {
+            kick = rb->count != 0 && batch_flush(t, c);
+            rb->slab = s;               /* b goes now; a run starts with the next */
+            rb->limit = limit;
+        }
+    }
+    stamp(s, b, b);
+    return remote_push(s, b, b, 1) || kick;
+}
+
+bool hak_remote_flush(void) {
+    hak_remote_batches_t *t = &hak_tls_remote;
+    bool kick = false;
+    while (t->active != 0) kick |= batch_flush(t, (unsigned)__builtin_ctzll(t->active));
+    return kick;
+}
+
+bool hak_remote_thread_exit(void) {
+    hak_remote_batches_t *t = &hak_tls_remote;
+    t->state = HAK_BATCH_OFF;
+    bool kick = hak_remote_flush();
+    for (unsigned c = 0; c < HAK_BATCH_CLASSES; c++) t->cls[c].slab = NULL;  /* no run starts */
+    return kick;
 }
 
 /* Move the blocks other threads freed into the owner's free list, keeping

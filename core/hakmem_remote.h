@@ -1,7 +1,8 @@
 /* Remote frees and the NOTIFY protocol (hakmem_remote.c), in one place.
  *
  * A slab's free list is its owner's alone.  Another thread that frees one
- * of its blocks pushes it onto the slab's remote word (a lock-free list);
+ * of its blocks pushes it onto the slab's remote word (a lock-free list),
+ * usually in a batch with the blocks of that slab it freed before it;
  * the owner takes the whole list in one exchange (hak_remote_collect) when
  * the slab runs dry or is swept.
  *
@@ -21,7 +22,9 @@
 #ifndef HAKMEM_REMOTE_H
 #define HAKMEM_REMOTE_H
 
+#include "hakmem_os.h"
 #include "hakmem_types.h"
+#include "box/block_link_box.h"
 
 /* A remote free that finds HAK_REMOTE_NOTIFY in slab->remote clears it and
  * hands the slab to its owner (heap->notify): the owner set it when it took
@@ -35,8 +38,67 @@
 #define HAK_REMOTE_ONE   ((uintptr_t)1 << HAK_REMOTE_COUNT_SHIFT)
 #define HAK_REMOTE_LIST  ((HAK_REMOTE_ONE - 1) & ~(uintptr_t)15)
 
-/* True: the owner's thread has exited, the caller starts the purger. */
-HAK_INTERNAL bool hak_remote_free(hak_slab_t *s, void *p);
+/* Each thread's batches of remote frees: per Tiny and L2 class, the blocks
+ * of one slab it does not own that it freed last, linked, not yet pushed.
+ * A consumer freeing what a producer made frees into the same few slabs in
+ * turn, so this costs one CAS per batch rather than one per block (a CAS
+ * per block was most of xmalloc-test's time).  A run starts at the second
+ * block of a slab in a row (the first is pushed at once and names the
+ * slab), so frees scattered over many slabs push each block as it comes,
+ * as before, and hold nothing back.  A batch is pushed when a block of
+ * another slab of its class comes or it is full (HAK_REMOTE_BATCH blocks
+ * or HAK_REMOTE_BATCH_BYTES), on the thread's malloc slow paths and
+ * malloc_trim, and at its exit (a key's destructor, so a thread that only
+ * frees has one too).  Its blocks count as out (slab->used) until then: a
+ * thread holds back less than HAK_REMOTE_BATCH_BYTES per class.  Lost in a
+ * fork() child for the threads fork() did not copy (their blocks stay out
+ * there).  Not for the slabs of the heaps no thread collects (the shared
+ * L2.5 heap, the nursery), nor with HAKMEM_STATS. */
+#define HAK_REMOTE_BATCH       64
+#define HAK_REMOTE_BATCH_BYTES (64u << 10)
+#define HAK_BATCH_CLASSES      (HAK_TINY_CLASSES + HAK_L2_CLASSES)
+typedef struct {
+    hak_slab_t  *slab;            /* the slab of the last block freed (NULL:
+                                     none yet); only a hint while count is 0 */
+    hak_block_t *head, *tail;
+    uint32_t     count, limit;    /* blocks held; most it holds (>= 2) */
+} hak_remote_batch_t;
+enum { HAK_BATCH_UNREGISTERED = 0, HAK_BATCH_ON = 1, HAK_BATCH_OFF = 2 };
+typedef struct {
+    hak_remote_batch_t cls[HAK_BATCH_CLASSES];
+    uint64_t           active;    /* bit c: cls[c] holds blocks */
+    uint8_t            state;     /* HAK_BATCH_*: OFF once the thread exits,
+                                     or where no destructor can be set */
+} hak_remote_batches_t;
+_Static_assert(HAK_BATCH_CLASSES <= 64, "one bit per class in active");
+extern __thread hak_remote_batches_t hak_tls_remote;
+
+/* A block of slab s, which the freeing thread does not own: into the
+ * thread's batch of its class, or with `batch` false pushed now.  True: a
+ * push found the owner's thread gone, the caller starts the purger. */
+HAK_INTERNAL bool hak_remote_free(hak_slab_t *s, void *p, bool batch);
+/* Push the thread's batches now.  True as for hak_remote_free. */
+HAK_INTERNAL bool hak_remote_flush(void);
+/* At start-up, by the layer above: exit_fn, the destructor of the batches'
+ * key, calls hak_remote_thread_exit (they are pushed, and batching is off
+ * for the rest of the thread) and starts the purger if that says so. */
+HAK_INTERNAL void hak_remote_init(void (*exit_fn)(void *batches));
+HAK_INTERNAL bool hak_remote_thread_exit(void);
+
+/* free's remote path: b joins the thread's batch of its class when that
+ * holds blocks of b's slab and b does not fill it (no CAS, no call, no
+ * stack frame); false otherwise (hak_remote_free). */
+static inline bool hak_remote_batch_add(hak_slab_t *s, hak_block_t *b) {
+    unsigned c = s->cls;
+    if (c >= HAK_BATCH_CLASSES) return false;
+    hak_remote_batch_t *rb = &hak_tls_remote.cls[c];
+    if (s != rb->slab || rb->count - 1 >= rb->limit - 2) return false;  /* 1 <= count < limit - 1 */
+    hak_link_set(b, rb->head);
+    rb->head = b;
+    rb->count++;
+    return true;
+}
+
 /* Move the remote list into the free list; false if it was empty.  Owner. */
 HAK_INTERNAL bool hak_remote_collect(hak_slab_t *s);
 

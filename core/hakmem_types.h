@@ -68,8 +68,9 @@
  * A thread's heap (hak_heap_t) is reached through one initial-exec TLS
  * pointer that starts at an empty sentinel heap, so the fast paths need no
  * "initialised?" test.  A free from another thread pushes the block onto its
- * slab's lock-free remote list (one CAS); the owner takes the whole list in
- * one exchange when that slab runs dry.  A slab its owner no longer watches
+ * slab's lock-free remote list (one CAS, for a batch of the freeing
+ * thread's blocks of that slab: hakmem_remote.h); the owner takes the
+ * whole list in one exchange when that slab runs dry.  A slab its owner no longer watches
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
  * first remote free into it hands it to the owner's notify stack.  When a
  * thread exits its rings are flushed (its Tiny caches stay for the next

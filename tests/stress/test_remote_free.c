@@ -21,12 +21,23 @@
  *     nor must the resident size grow (by more than 16 MiB; with the heap
  *     profiler on, by one batch more: see the test).
  *
+ * test_remote_free_batch_exit, test_remote_free_batch_trim
+ *     A thread that frees another thread's blocks holds the last of them
+ *     back, not yet on their slab (its batch of remote frees,
+ *     hakmem_remote.h).  A freer frees main's 16 MiB of Tiny and 4 MiB of
+ *     L2 blocks, last a run of 32 from the middle (whose SuperSlab holds
+ *     nothing else), then exits (or calls malloc_trim and stays); after
+ *     main's own malloc_trim, no more SuperSlabs may be in use than before
+ *     the blocks were made: a block held back keeps its SuperSlab in use.
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the test checks at the end. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -292,11 +303,75 @@ static void test_remote_free_reuse(void **state)
     free(rss);
 }
 
+/* ==== a freer's batch reaches its slabs ===================================== */
+#define HANDOFF_SMALL 262144    /* 64 B: 16 MiB of Tiny blocks */
+#define HANDOFF_MID   1024      /* 4 KiB: 4 MiB of L2 blocks */
+#define HANDOFF_LAST  (HANDOFF_SMALL / 2)   /* freed last: a SuperSlab of these blocks only */
+static void *handoff[HANDOFF_SMALL + HANDOFF_MID];
+static pthread_barrier_t handoff_checked;
+
+static void *handoff_freer(void *arg)
+{
+    bool stay = arg != NULL;
+    for (size_t i = 0; i < HANDOFF_SMALL + HANDOFF_MID; i++)
+        if (i < HANDOFF_LAST || i >= HANDOFF_LAST + 32) free(handoff[i]);
+    for (size_t i = HANDOFF_LAST; i < HANDOFF_LAST + 32; i++) free(handoff[i]);
+    if (stay) {
+        malloc_trim(0);
+        pthread_barrier_wait(&handoff_checked);     /* main checks ... */
+        pthread_barrier_wait(&handoff_checked);     /* ... with this thread alive */
+    }
+    return NULL;
+}
+
+static void handoff_run(bool stay)
+{
+    malloc_trim(0);
+    size_t before, after;
+    info_ss(&before, NULL);
+    for (size_t i = 0; i < HANDOFF_SMALL + HANDOFF_MID; i++) {
+        handoff[i] = malloc(i < HANDOFF_SMALL ? 64 : 4096);
+        assert_non_null(handoff[i]);
+        *(volatile char *)handoff[i] = 1;
+    }
+    if (stay) assert_int_equal(pthread_barrier_init(&handoff_checked, NULL, 2), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, handoff_freer, stay ? &t : NULL), 0);
+    if (stay) pthread_barrier_wait(&handoff_checked);
+    else assert_int_equal(pthread_join(t, NULL), 0);
+    malloc_trim(0);
+    info_ss(&after, NULL);
+    if (stay) {
+        pthread_barrier_wait(&handoff_checked);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        pthread_barrier_destroy(&handoff_checked);
+    }
+    print_message("batch (%s): SuperSlabs in use %zu before, %zu after\n",
+                  stay ? "freer trims and stays" : "freer exits", before, after);
+    if (after > before)
+        fail_msg("%zu SuperSlabs in use after the freer %s, %zu before: blocks it freed never "
+                 "reached their slabs", after, stay ? "called malloc_trim" : "exited", before);
+}
+
+static void test_remote_free_batch_exit(void **state)
+{
+    (void)state;
+    handoff_run(false);
+}
+
+static void test_remote_free_batch_trim(void **state)
+{
+    (void)state;
+    handoff_run(true);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_free_contention),
         cmocka_unit_test(test_remote_free_reuse),
+        cmocka_unit_test(test_remote_free_batch_exit),
+        cmocka_unit_test(test_remote_free_batch_trim),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }
