@@ -70,6 +70,11 @@
 #define HAK_TINY_CACHE_MIN 4
 #endif
 
+/* A thread's batch of remote frees of one class (hakmem_remote.h) holds at
+ * most this many blocks, and this many bytes. */
+#define HAK_REMOTE_BATCH       64
+#define HAK_REMOTE_BATCH_BYTES (64u << 10)
+
 /* Bytes a thread may keep in one L2.5 ring: caps the ring of big classes
  * (a 1 MiB class keeps 2 blocks, not 16). */
 #define HAK_L25_RING_BUDGET (1u << 20)

@@ -71,11 +71,16 @@ static void fork_child(void) {
 
 /* ---- thread exit -------------------------------------------------------------
  * The destructor of the key that holds each thread's heap (hak_heap_init):
- * the heap is abandoned (hakmem_heap.c), then the purger is started (it
- * settles the heap a delay later, hak_heap_settle_abandoned), and woken if
- * no thread has a heap any more (the process may be ending: it need not
- * wait). */
+ * its batches of remote frees are pushed and batching ends (once the heap
+ * has left, the thread's frees of its own blocks are remote ones, and glibc
+ * makes some after every destructor has run, __libc_thread_freeres: a batch
+ * started then would never be pushed); the heap is abandoned
+ * (hakmem_heap.c), then the purger is started (it settles the heap a delay
+ * later, hak_heap_settle_abandoned, and collects what was pushed into
+ * exited threads' heaps), and woken if no thread has a heap any more (the
+ * process may be ending: it need not wait). */
 static void thread_exit(void *heap) {
+    hak_remote_thread_exit();
     bool last = hak_heap_thread_exit(heap);
     hak_purge_kick();        /* the heap settles a delay from now, if not adopted */
     if (last) hak_purge_wake();

@@ -39,8 +39,16 @@ __thread hak_remote_batches_t hak_tls_remote;
 
 static pthread_key_t batch_key;
 static bool batch_key_ready;
+/* Most blocks a batch of each class holds: HAK_REMOTE_BATCH, fewer where
+ * they would pass HAK_REMOTE_BATCH_BYTES; 0 (no batch) below 2. */
+static uint8_t batch_limit[HAK_BATCH_CLASSES];
 
 void hak_remote_init(void (*exit_fn)(void *batches)) {
+    for (unsigned c = 0; c < HAK_BATCH_CLASSES; c++) {
+        uint32_t n = HAK_REMOTE_BATCH_BYTES / hak_class_block_size[c];
+        if (n > HAK_REMOTE_BATCH) n = HAK_REMOTE_BATCH;
+        batch_limit[c] = n >= 2 ? (uint8_t)n : 0;
+    }
     batch_key_ready = pthread_key_create(&batch_key, exit_fn) == 0;
 }
 
@@ -54,16 +62,17 @@ static bool batch_ready(hak_remote_batches_t *t) {
     return t->state == HAK_BATCH_ON;
 }
 
-/* A ring-class block is stamped for the purger by its freer, whose cache
- * holds the line it links anyway, so the owner can take the list without
- * walking it (a walk of cold lines, serial: 20 % of a producer's time in
- * bench_xthread).  A batch is stamped as it is pushed: one clock read. */
-static void stamp(const hak_slab_t *s, hak_block_t *b, hak_block_t *last) {
+/* A ring-class block is stamped for the purger by its freer as it pushes
+ * it (a batch with one clock read; its blocks were freed by this thread
+ * shortly before), so the owner can take the list without walking it (a
+ * walk of cold lines, serial: 20 % of a producer's time in bench_xthread). */
+static void stamp(const hak_slab_t *s, hak_block_t *b, uint32_t n) {
     if (s->tier == HAK_TIER_TINY) return;
     uint32_t now = hak_now_ms();
-    for (;; b = hak_link_get(b)) {
+    for (;;) {
         hak_block_stamp(b, now);
-        if (b == last) return;
+        if (--n == 0) return;
+        b = hak_link_get(b);
     }
 }
 
@@ -71,7 +80,7 @@ static void stamp(const hak_slab_t *s, hak_block_t *b, hak_block_t *last) {
  * next run. */
 static bool batch_flush(hak_remote_batches_t *t, unsigned c) {
     hak_remote_batch_t *rb = &t->cls[c];
-    stamp(rb->slab, rb->head, rb->tail);
+    stamp(rb->slab, rb->head, rb->count);
     bool kick = remote_push(rb->slab, rb->head, rb->tail, rb->count);
     rb->head = rb->tail = NULL;
     rb->count = 0;
@@ -93,15 +102,13 @@ bool hak_remote_free(hak_slab_t *s, void *p, bool batch) {
             t->active |= (uint64_t)1 << c;
             return ++rb->count >= rb->limit && batch_flush(t, c);
         }
-        uint32_t limit = HAK_REMOTE_BATCH_BYTES / hak_class_block_size[c];
-        if (limit > HAK_REMOTE_BATCH) limit = HAK_REMOTE_BATCH;
-        if (limit >= 2 && batch_ready(t)) {
+        if (batch_limit[c] != 0 && batch_ready(t)) {
             kick = rb->count != 0 && batch_flush(t, c);
             rb->slab = s;               /* b goes now; a run starts with the next */
-            rb->limit = limit;
+            rb->limit = batch_limit[c];
         }
     }
-    stamp(s, b, b);
+    stamp(s, b, 1);
     return remote_push(s, b, b, 1) || kick;
 }
 

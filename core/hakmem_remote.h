@@ -48,14 +48,15 @@
  * as before, and hold nothing back.  A batch is pushed when a block of
  * another slab of its class comes or it is full (HAK_REMOTE_BATCH blocks
  * or HAK_REMOTE_BATCH_BYTES), on the thread's malloc slow paths and
- * malloc_trim, and at its exit (a key's destructor, so a thread that only
- * frees has one too).  Its blocks count as out (slab->used) until then: a
- * thread holds back less than HAK_REMOTE_BATCH_BYTES per class.  Lost in a
+ * malloc_trim, and at its exit (its heap's destructor, or a key's of its
+ * own, so a thread that only frees has one too; batching is off from then
+ * on, for the frees glibc makes after every destructor).  Its blocks count
+ * as out (slab->used) until then: a thread holds back less than
+ * HAK_REMOTE_BATCH_BYTES per class, which malloc_trim in another thread
+ * does not reach (as it does not reach an idle thread's caches).  Lost in a
  * fork() child for the threads fork() did not copy (their blocks stay out
  * there).  Not for the slabs of the heaps no thread collects (the shared
  * L2.5 heap, the nursery), nor with HAKMEM_STATS. */
-#define HAK_REMOTE_BATCH       64
-#define HAK_REMOTE_BATCH_BYTES (64u << 10)
 #define HAK_BATCH_CLASSES      (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 typedef struct {
     hak_slab_t  *slab;            /* the slab of the last block freed (NULL:
@@ -81,7 +82,8 @@ HAK_INTERNAL bool hak_remote_free(hak_slab_t *s, void *p, bool batch);
 HAK_INTERNAL bool hak_remote_flush(void);
 /* At start-up, by the layer above: exit_fn, the destructor of the batches'
  * key, calls hak_remote_thread_exit (they are pushed, and batching is off
- * for the rest of the thread) and starts the purger if that says so. */
+ * for the rest of the thread) and starts the purger if that says so; so
+ * does the heap's destructor. */
 HAK_INTERNAL void hak_remote_init(void (*exit_fn)(void *batches));
 HAK_INTERNAL bool hak_remote_thread_exit(void);
 

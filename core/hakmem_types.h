@@ -67,8 +67,8 @@
  * -------
  * A thread's heap (hak_heap_t) is reached through one initial-exec TLS
  * pointer that starts at an empty sentinel heap, so the fast paths need no
- * "initialised?" test.  A free from another thread pushes the block onto its
- * slab's lock-free remote list (one CAS, for a batch of the freeing
+ * "initialised?" test.  A free from another thread pushes the block onto
+ * its slab's lock-free remote list (one CAS for a batch of the freeing
  * thread's blocks of that slab: hakmem_remote.h); the owner takes the
  * whole list in one exchange when that slab runs dry.  A slab its owner no longer watches
  * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
@@ -335,8 +335,8 @@ static inline bool hak_heap_kick_due(hak_heap_t *h) {
 }
 
 /* Free blocks of the ring classes (L2 and L2.5, 1280 B and up) carry in their
- * third word when they went back to their slab (or another thread freed
- * them: hak_remote_free): hak_now_ms() << 1 | 1, or 0
+ * third word when they went back to their slab (or another thread pushed
+ * them there: hakmem_remote.c): hak_now_ms() << 1 | 1, or 0
  * once nothing of them beyond their first 4 KiB is resident (an L2.5 block
  * given back, or never used).  The first two words are the link and the
  * freed-mark. */

@@ -30,8 +30,16 @@
  *     main's own malloc_trim, no more SuperSlabs may be in use than before
  *     the blocks were made: a block held back keeps its SuperSlab in use.
  *
+ * test_remote_free_batch_late_free
+ *     The same check for frees made after the thread's heap has left: a
+ *     thread frees its own blocks from a key destructor in glibc's last
+ *     round of destructors (as glibc's own __libc_thread_freeres does after
+ *     them all).  They are remote frees then, and a batch started there
+ *     would never be pushed.
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the test checks at the end. */
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -353,6 +361,59 @@ static void handoff_run(bool stay)
                  "reached their slabs", after, stay ? "called malloc_trim" : "exited", before);
 }
 
+/* A destructor that re-arms itself until glibc's last round
+ * (PTHREAD_DESTRUCTOR_ITERATIONS, 4), then frees what its thread made. */
+static pthread_key_t late_key;
+static void late_free(void *arg)
+{
+    int *round = arg;
+    if (++*round < PTHREAD_DESTRUCTOR_ITERATIONS) {
+        pthread_setspecific(late_key, round);
+        return;
+    }
+    handoff_freer(NULL);
+}
+
+static void *late_owner(void *arg)
+{
+    static int round;
+    (void)arg;
+    round = 0;
+    for (size_t i = 0; i < HANDOFF_SMALL + HANDOFF_MID; i++) {
+        handoff[i] = malloc(i < HANDOFF_SMALL ? 64 : 4096);
+        if (handoff[i] == NULL) {
+            stress_fail("late_owner: malloc failed");
+            return NULL;
+        }
+        *(volatile char *)handoff[i] = 1;
+    }
+    pthread_setspecific(late_key, &round);
+    return NULL;
+}
+
+static void test_remote_free_batch_late_free(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    assert_int_equal(pthread_key_create(&late_key, late_free), 0);
+    malloc_trim(0);
+    size_t before, after;
+    info_ss(&before, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_owner, NULL), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    malloc_trim(0);
+    info_ss(&after, NULL);
+    pthread_key_delete(late_key);
+    print_message("batch (frees in the last destructor round): SuperSlabs in use %zu before, "
+                  "%zu after\n", before, after);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    if (after > before)
+        fail_msg("%zu SuperSlabs in use after the thread freed its blocks in its last "
+                 "destructor round, %zu before: blocks it freed never reached their slabs",
+                 after, before);
+}
+
 static void test_remote_free_batch_exit(void **state)
 {
     (void)state;
@@ -372,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_remote_free_reuse),
         cmocka_unit_test(test_remote_free_batch_exit),
         cmocka_unit_test(test_remote_free_batch_trim),
+        cmocka_unit_test(test_remote_free_batch_late_free),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }
