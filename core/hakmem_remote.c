@@ -93,14 +93,13 @@ bool hak_remote_free(hak_slab_t *s, void *p, bool batch) {
     hak_block_t *b = (hak_block_t *)p;
     unsigned c = s->cls;
     bool kick = false;
-    if (batch && c < HAK_BATCH_CLASSES) {
+    if (batch && c < HAK_BATCH_CLASSES && t->state != HAK_BATCH_OFF) {
         hak_remote_batch_t *rb = &t->cls[c];
         if (s == rb->slab) {            /* a run starts, or the batch is full */
             if (rb->count == 0) rb->tail = b;
-            hak_link_set(b, rb->head);
-            rb->head = b;
+            hak_remote_batch_link(rb, b);
             t->active |= (uint64_t)1 << c;
-            return ++rb->count >= rb->limit && batch_flush(t, c);
+            return rb->count >= rb->limit && batch_flush(t, c);
         }
         if (batch_limit[c] != 0 && batch_ready(t)) {
             kick = rb->count != 0 && batch_flush(t, c);
@@ -120,11 +119,8 @@ bool hak_remote_flush(void) {
 }
 
 bool hak_remote_thread_exit(void) {
-    hak_remote_batches_t *t = &hak_tls_remote;
-    t->state = HAK_BATCH_OFF;
-    bool kick = hak_remote_flush();
-    for (unsigned c = 0; c < HAK_BATCH_CLASSES; c++) t->cls[c].slab = NULL;  /* no run starts */
-    return kick;
+    hak_tls_remote.state = HAK_BATCH_OFF;      /* no run starts: hak_remote_free */
+    return hak_remote_flush();
 }
 
 /* Move the blocks other threads freed into the owner's free list, keeping

@@ -87,17 +87,23 @@ HAK_INTERNAL bool hak_remote_flush(void);
 HAK_INTERNAL void hak_remote_init(void (*exit_fn)(void *batches));
 HAK_INTERNAL bool hak_remote_thread_exit(void);
 
+/* b, of the batch's slab, goes on the batch's list. */
+static inline void hak_remote_batch_link(hak_remote_batch_t *rb, hak_block_t *b) {
+    hak_link_set(b, rb->head);
+    rb->head = b;
+    rb->count++;
+}
+
 /* free's remote path: b joins the thread's batch of its class when that
  * holds blocks of b's slab and b does not fill it (no CAS, no call, no
- * stack frame); false otherwise (hak_remote_free). */
+ * stack frame); false otherwise (hak_remote_free).  The batch's own copy
+ * of its limit keeps this to the batch's line. */
 static inline bool hak_remote_batch_add(hak_slab_t *s, hak_block_t *b) {
     unsigned c = s->cls;
     if (c >= HAK_BATCH_CLASSES) return false;
     hak_remote_batch_t *rb = &hak_tls_remote.cls[c];
     if (s != rb->slab || rb->count - 1 >= rb->limit - 2) return false;  /* 1 <= count < limit - 1 */
-    hak_link_set(b, rb->head);
-    rb->head = b;
-    rb->count++;
+    hak_remote_batch_link(rb, b);
     return true;
 }
 

@@ -70,11 +70,11 @@
  * "initialised?" test.  A free from another thread pushes the block onto
  * its slab's lock-free remote list (one CAS for a batch of the freeing
  * thread's blocks of that slab: hakmem_remote.h); the owner takes the
- * whole list in one exchange when that slab runs dry.  A slab its owner no longer watches
- * (full, or in a DRAINING SuperSlab) is marked HAK_REMOTE_NOTIFY, and the
- * first remote free into it hands it to the owner's notify stack.  When a
- * thread exits its rings are flushed (its Tiny caches stay for the next
- * thread) and its heap abandoned, warm, with
+ * whole list in one exchange when that slab runs dry.  A slab its owner
+ * no longer watches (full, or in a DRAINING SuperSlab) is marked
+ * HAK_REMOTE_NOTIFY, and the first remote free into it hands it to the
+ * owner's notify stack.  When a thread exits its rings are flushed (its
+ * Tiny caches stay for the next thread) and its heap abandoned, warm, with
  * every slab parked and armed; the next new thread adopts it whole (or a
  * young thread freeing into it takes it over: the successor of the thread
  * that left it), and meanwhile remote frees into it wake the purger, which

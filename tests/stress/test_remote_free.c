@@ -332,33 +332,52 @@ static void *handoff_freer(void *arg)
     return NULL;
 }
 
-static void handoff_run(bool stay)
+/* main's or a worker's blocks for the freers; false if malloc failed. */
+static bool handoff_alloc(void)
 {
-    malloc_trim(0);
-    size_t before, after;
-    info_ss(&before, NULL);
     for (size_t i = 0; i < HANDOFF_SMALL + HANDOFF_MID; i++) {
         handoff[i] = malloc(i < HANDOFF_SMALL ? 64 : 4096);
-        assert_non_null(handoff[i]);
+        if (handoff[i] == NULL) return false;
         *(volatile char *)handoff[i] = 1;
     }
+    return true;
+}
+
+/* SuperSlabs in use once everything free that main's malloc_trim reaches
+ * has gone back. */
+static size_t ss_trimmed(void)
+{
+    size_t n;
+    malloc_trim(0);
+    info_ss(&n, NULL);
+    return n;
+}
+
+static void check_reached(size_t before, size_t after, const char *when)
+{
+    print_message("batch (%s): SuperSlabs in use %zu before, %zu after\n", when, before, after);
+    if (after > before)
+        fail_msg("%zu SuperSlabs in use after %s, %zu before: blocks freed there never "
+                 "reached their slabs", after, when, before);
+}
+
+static void handoff_run(bool stay)
+{
+    size_t before = ss_trimmed();
+    assert_true(handoff_alloc());
     if (stay) assert_int_equal(pthread_barrier_init(&handoff_checked, NULL, 2), 0);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, handoff_freer, stay ? &t : NULL), 0);
     if (stay) pthread_barrier_wait(&handoff_checked);
     else assert_int_equal(pthread_join(t, NULL), 0);
-    malloc_trim(0);
-    info_ss(&after, NULL);
+    size_t after = ss_trimmed();
     if (stay) {
         pthread_barrier_wait(&handoff_checked);
         assert_int_equal(pthread_join(t, NULL), 0);
         pthread_barrier_destroy(&handoff_checked);
     }
-    print_message("batch (%s): SuperSlabs in use %zu before, %zu after\n",
-                  stay ? "freer trims and stays" : "freer exits", before, after);
-    if (after > before)
-        fail_msg("%zu SuperSlabs in use after the freer %s, %zu before: blocks it freed never "
-                 "reached their slabs", after, stay ? "called malloc_trim" : "exited", before);
+    check_reached(before, after, stay ? "the freer called malloc_trim and stayed"
+                                      : "the freer exited");
 }
 
 /* A destructor that re-arms itself until glibc's last round
@@ -379,13 +398,9 @@ static void *late_owner(void *arg)
     static int round;
     (void)arg;
     round = 0;
-    for (size_t i = 0; i < HANDOFF_SMALL + HANDOFF_MID; i++) {
-        handoff[i] = malloc(i < HANDOFF_SMALL ? 64 : 4096);
-        if (handoff[i] == NULL) {
-            stress_fail("late_owner: malloc failed");
-            return NULL;
-        }
-        *(volatile char *)handoff[i] = 1;
+    if (!handoff_alloc()) {
+        stress_fail("late_owner: malloc failed");
+        return NULL;
     }
     pthread_setspecific(late_key, &round);
     return NULL;
@@ -396,22 +411,14 @@ static void test_remote_free_batch_late_free(void **state)
     (void)state;
     long errs0 = atomic_load(&stress_errors);
     assert_int_equal(pthread_key_create(&late_key, late_free), 0);
-    malloc_trim(0);
-    size_t before, after;
-    info_ss(&before, NULL);
+    size_t before = ss_trimmed();
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, late_owner, NULL), 0);
     assert_int_equal(pthread_join(t, NULL), 0);
-    malloc_trim(0);
-    info_ss(&after, NULL);
+    size_t after = ss_trimmed();
     pthread_key_delete(late_key);
-    print_message("batch (frees in the last destructor round): SuperSlabs in use %zu before, "
-                  "%zu after\n", before, after);
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
-    if (after > before)
-        fail_msg("%zu SuperSlabs in use after the thread freed its blocks in its last "
-                 "destructor round, %zu before: blocks it freed never reached their slabs",
-                 after, before);
+    check_reached(before, after, "a thread freed its blocks in its last destructor round");
 }
 
 static void test_remote_free_batch_exit(void **state)
