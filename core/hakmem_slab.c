@@ -325,13 +325,9 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * Retiring would give nothing back anyway: the span's pages stay resident
  * until the purge delay.  Slabs whose free blocks give their pages back by
  * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
- * or 4 MiB per class, the shared L2.5 heap, which serves every thread, four
- * times that (with the thread heaps' bound a producer and consumer of
- * 16 B-256 KiB blocks retired and made a span every three blocks, half its
- * instructions in the span search, and its peak RSS was twice as high);
- * the others one, as their pages stay until they are retired.  Counted by
- * a walk of the queue: a queue longer than twice the bound has room enough
- * without s.
+ * or 4 MiB per class; the others one, as their pages stay until they are
+ * retired.  Counted by a walk of the queue: a queue longer than twice the
+ * bound has room enough without s.
  *
  * The shared L2.5 heap counts its empty queued slabs instead
  * (shared_spares, under its lock): its slabs empty so often (a block or a
@@ -351,9 +347,8 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     if (h->keep_spares == HAK_SPARES_NONE) return false;
     unsigned keep = 1;
     if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
-        unsigned scale = h->l25_shared ? 4 : 1;
-        keep = (unsigned)((((size_t)4 << 20) * scale) / ((size_t)s->npages << HAK_PAGE_SHIFT));
-        if (keep > 16 * scale) keep = 16 * scale;
+        keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
+        if (keep > 16) keep = 16;
     }
     if (h->l25_shared) {
         if (shared_spares[s->cls] >= keep) return false;
