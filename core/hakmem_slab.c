@@ -54,6 +54,18 @@ static void queue_remove(hak_heap_t *h, unsigned cls, hak_slab_t *s) {
     s->next = s->prev = NULL;
 }
 
+/* The shared L2.5 heap's queues run from the slab freed into last to the
+ * one left longest: a slab that gets a block back (unparked, or emptied
+ * while queued) goes to the head, so the next refill of any thread takes
+ * the blocks freed last, resident and warm, before older ones whose pages
+ * the purger may have given back; the thread heaps queue an unparked slab
+ * at the tail, so it fills up while the others serve. */
+static void slab_touched(hak_heap_t *h, hak_slab_t *s) {
+    if (h->queue_head[s->cls] == s) return;
+    queue_remove(h, s->cls, s);
+    queue_push_head(h, s->cls, s);
+}
+
 static inline bool slab_is_parked(const hak_slab_t *s) { return (s->used & HAK_SLAB_PARKED) != 0; }
 static inline uint32_t slab_used(const hak_slab_t *s) { return s->used & ~HAK_SLAB_PARKED; }
 static inline bool slab_has_room(const hak_slab_t *s) {
@@ -325,9 +337,13 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * Retiring would give nothing back anyway: the span's pages stay resident
  * until the purge delay.  Slabs whose free blocks give their pages back by
  * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
- * or 4 MiB per class; the others one, as their pages stay until they are
- * retired.  Counted by a walk of the queue: a queue longer than twice the
- * bound has room enough without s.
+ * or 4 MiB per class, the shared L2.5 heap, which serves every thread, four
+ * times that (with the thread heaps' bound a producer and consumer of
+ * 16 B-256 KiB blocks retired and made a span every three blocks, half its
+ * instructions in the span search, and its peak RSS was twice as high);
+ * the others one, as their pages stay until they are retired.  Counted by
+ * a walk of the queue: a queue longer than twice the bound has room enough
+ * without s.
  *
  * The shared L2.5 heap counts its empty queued slabs instead
  * (shared_spares, under its lock): its slabs empty so often (a block or a
@@ -338,7 +354,9 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * its blocks had not used.  The count goes up when a slab is kept, down
  * when a refill takes from an empty one, and back to zero at each purger
  * pass, which retires them all (hak_heap_purge_shared): an error lasts at
- * most a pass. */
+ * most a pass.  Its queues run from the slab freed into last to the one
+ * left longest (slab_touched), so many spares do not put older memory
+ * ahead of the blocks freed last. */
 static uint8_t shared_spares[HAK_NUM_CLASSES];
 
 void hak_slab_shared_spares_reset(void) { memset(shared_spares, 0, sizeof shared_spares); }
@@ -347,8 +365,9 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     if (h->keep_spares == HAK_SPARES_NONE) return false;
     unsigned keep = 1;
     if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
-        keep = (unsigned)(((size_t)4 << 20) / ((size_t)s->npages << HAK_PAGE_SHIFT));
-        if (keep > 16) keep = 16;
+        unsigned scale = h->l25_shared ? 4 : 1;
+        keep = (unsigned)((((size_t)4 << 20) * scale) / ((size_t)s->npages << HAK_PAGE_SHIFT));
+        if (keep > 16 * scale) keep = 16 * scale;
     }
     if (h->l25_shared) {
         if (shared_spares[s->cls] >= keep) return false;
@@ -386,7 +405,8 @@ static bool slab_park(hak_heap_t *h, hak_slab_t *s, bool force) {
 static void slab_unpark(hak_heap_t *h, hak_slab_t *s, bool notified) {
     if (!notified) hak_remote_disarm(s);
     s->used &= ~HAK_SLAB_PARKED;
-    queue_push_tail(h, s->cls, s);
+    if (h->l25_shared) queue_push_head(h, s->cls, s);      /* slab_touched */
+    else queue_push_tail(h, s->cls, s);
 }
 
 /* Every HAKMEM_BATCH_TIER_SIZE refills of a class, look at the state of
@@ -491,6 +511,7 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
     }
     if (slab_used(s) == 0) {
         hak_heap_lock(h);
+        if (h->l25_shared && !slab_is_parked(s)) slab_touched(h, s);
         slab_maybe_retire(h, s);
         hak_heap_unlock(h);
     }

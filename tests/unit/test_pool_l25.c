@@ -103,8 +103,100 @@ static void test_freed_blocks_serve_other_threads(void **state)
                  (long)reused, sh.plain);
 }
 
+/* ---- the blocks freed last serve first ------------------------------------
+ * The shared slabs keep empty slabs for the next refills; those freed into
+ * last must serve before those left longer (resident and warm, where the
+ * purger may have given an older one's pages back).  A thread frees
+ * OLDER_COUNT blocks and exits (its ring goes back to the slabs: as many
+ * empty slabs as the shared heap keeps); a second frees RECENT_COUNT and
+ * stays; a third then allocates RECENT_COUNT: at least half of those the
+ * second freed beyond what its ring holds must come back to it, not the
+ * first thread's older ones. */
+#define RECENT_SIZE  ((size_t)150000)
+#define OLDER_COUNT  64
+#define RECENT_COUNT 32
+
+typedef struct {
+    const api_t *api;
+    int count;
+    void *blocks[OLDER_COUNT];      /* those the profiler did not sample */
+    int plain;
+    shared_t *sync;                 /* NULL: exit at once after the frees */
+} batch_t;
+
+static void *free_batch(void *arg)
+{
+    batch_t *b = arg;
+    void *all[OLDER_COUNT];
+    for (int i = 0; i < b->count; i++) {
+        all[i] = b->api->malloc_(RECENT_SIZE);
+        if (all[i] != NULL) memset(all[i], 0x3a, RECENT_SIZE);
+        if (all[i] != NULL && !hak_profile_sampled(all[i])) b->blocks[b->plain++] = all[i];
+    }
+    for (int i = 0; i < b->count; i++) b->api->free_(all[i]);
+    if (b->sync == NULL) return NULL;
+    pthread_mutex_lock(&b->sync->lock);
+    b->sync->freed = 1;
+    pthread_cond_broadcast(&b->sync->cond);
+    while (!b->sync->done) pthread_cond_wait(&b->sync->cond, &b->sync->lock);
+    pthread_mutex_unlock(&b->sync->lock);
+    return NULL;
+}
+
+static void *count_reused(void *arg)
+{
+    batch_t *recent = arg;
+    void *mine[RECENT_COUNT];
+    long reused = 0;
+    for (int i = 0; i < RECENT_COUNT; i++) {
+        mine[i] = recent->api->malloc_(RECENT_SIZE);
+        for (int j = 0; j < recent->plain && mine[i] != NULL; j++)
+            if (mine[i] == recent->blocks[j]) {
+                reused++;
+                break;
+            }
+    }
+    for (int i = 0; i < RECENT_COUNT; i++) recent->api->free_(mine[i]);
+    return (void *)reused;
+}
+
+static void test_freed_last_serve_first(void **state)
+{
+    const api_t *api = *state;
+    shared_t sync = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+    batch_t older = { .api = api, .count = OLDER_COUNT };
+    batch_t recent = { .api = api, .count = RECENT_COUNT, .sync = &sync };
+    pthread_t t_older, t_recent, t_reader;
+    assert_int_equal(pthread_create(&t_older, NULL, free_batch, &older), 0);
+    assert_int_equal(pthread_join(t_older, NULL), 0);
+    assert_int_equal(pthread_create(&t_recent, NULL, free_batch, &recent), 0);
+    pthread_mutex_lock(&sync.lock);
+    while (!sync.freed) pthread_cond_wait(&sync.cond, &sync.lock);
+    pthread_mutex_unlock(&sync.lock);
+    void *reused = NULL;
+    assert_int_equal(pthread_create(&t_reader, NULL, count_reused, &recent), 0);
+    assert_int_equal(pthread_join(t_reader, &reused), 0);
+    pthread_mutex_lock(&sync.lock);
+    sync.done = 1;
+    pthread_cond_broadcast(&sync.cond);
+    pthread_mutex_unlock(&sync.lock);
+    assert_int_equal(pthread_join(t_recent, NULL), 0);
+    /* the second thread's ring keeps some of its own: at most its byte
+     * budget's worth (1 MiB, at least two blocks) */
+    long ring = (long)((size_t)1 << 20) / (long)hak_class_size(hak_size_class(RECENT_SIZE));
+    if (ring < 2) ring = 2;
+    long flushed = recent.plain - ring;
+    print_message("%ld of the %ld blocks the running thread freed past its ring came back "
+                  "(%d of %d not sampled)\n", (long)reused, flushed, recent.plain, RECENT_COUNT);
+    if (flushed >= RECENT_COUNT / 2 && (long)reused < flushed / 2)
+        fail_msg("a refill took %ld of the %ld blocks freed last: older empty slabs served first",
+                 (long)reused, flushed);
+}
+
 #define POOL_EXTRA_TESTS                                        \
     TEST_API(test_freed_blocks_serve_other_threads, API_STD),  \
-    TEST_API(test_freed_blocks_serve_other_threads, API_HAK),
+    TEST_API(test_freed_blocks_serve_other_threads, API_HAK),  \
+    TEST_API(test_freed_last_serve_first, API_STD),            \
+    TEST_API(test_freed_last_serve_first, API_HAK),
 
 #include "pool_tests.h"
