@@ -97,6 +97,9 @@ static void heap_reclaim(hak_heap_t *h, bool keep_caches) {
 /* ---- heap life cycle ------------------------------------------------------- */
 _Atomic unsigned hak_abandoned_count __attribute__((aligned(64)));   /* read by every remote free */
 static unsigned unsettled_count;   /* abandoned heaps not yet settled (heap_lock) */
+/* Abandoned heaps that had a SuperSlab when their thread left (warm):
+ * written under heap_lock, read by a young thread's first allocations. */
+static _Atomic unsigned abandoned_warm;
 static size_t active_count;   /* heaps with a thread: written under heap_lock,
                                  read by the purger without it (relaxed atomics) */
 
@@ -124,6 +127,7 @@ static hak_heap_t *heap_new(uint8_t chunk_kind) {
  * list.  Caller holds heap_lock. */
 static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
     if (!h->settled) unsettled_count--;
+    if (h->warm) atomic_fetch_sub_explicit(&abandoned_warm, 1, memory_order_relaxed);
     if (prev != NULL) prev->next_free = h->next_free;
     else heaps_abandoned = h->next_free;
     if (heaps_abandoned_tail == h) heaps_abandoned_tail = prev;
@@ -141,10 +145,14 @@ static hak_heap_t *heap_take_locked(void) {
 
 /* Abandoned heaps queue in order, so housekeeping sweeps each in turn. */
 static void heap_abandon_locked(hak_heap_t *h) {
+    hak_heap_lock(h);                   /* its SuperSlab list (the purger's passes) */
+    h->warm = h->ss_count != 0;
+    hak_heap_unlock(h);
     __atomic_store_n(&h->state, HAK_HEAP_ABANDONED, __ATOMIC_RELAXED);
     h->keep_spares = HAK_SPARES_NONE;
     h->next_free = NULL;
     if (!h->settled) unsettled_count++;
+    if (h->warm) atomic_fetch_add_explicit(&abandoned_warm, 1, memory_order_relaxed);
     if (heaps_abandoned_tail) heaps_abandoned_tail->next_free = h;
     else heaps_abandoned = h;
     heaps_abandoned_tail = h;
@@ -209,6 +217,29 @@ static bool heap_leave(hak_heap_t *h, bool settled) {
     bool last = __atomic_sub_fetch(&active_count, 1, __ATOMIC_RELAXED) == 0;
     hak_unlock(&heap_lock);
     return last;
+}
+
+/* A young thread's small block: the first warm heap among the first
+ * TAKE_LOOK abandoned ones becomes the thread's heap (true), or none does
+ * and the nursery serves it. */
+#define TAKE_LOOK 64
+static bool heap_adopt_warm(void) {
+    hak_lock(&heap_lock);
+    hak_heap_t *h = heaps_abandoned, *prev = NULL;
+    unsigned looked = 0;
+    while (h != NULL && !h->warm && ++looked < TAKE_LOOK) {
+        prev = h;
+        h = h->next_free;
+    }
+    if (h != NULL && h->warm) {
+        heap_unlink_abandoned_locked(h, prev);
+        heap_activate_locked(h);
+    }
+    else h = NULL;
+    hak_unlock(&heap_lock);
+    if (h == NULL) return false;
+    heap_attach(h);
+    return true;
 }
 
 /* The calling thread's heap, made or adopted on first use.  With
@@ -324,8 +355,12 @@ static void heap_make_shared(void) {
  * do so at first only (a worker sets up) or for good (5000 threads that
  * each hold a few blocks): their first HAK_NURSERY_ALLOCS allocations come
  * from one heap they share, under its lock, so that they cost blocks, not
- * pages.  Not where an abandoned heap waits (adopting it costs nothing new
- * and it is warm), nor for L2.5 sizes (shared slabs already) or the
+ * pages.  Not where a warm abandoned heap waits (adopting it costs nothing
+ * new; one whose thread only took shared L2.5 blocks has no SuperSlab, and
+ * a young thread that adopted it for a small block would map one while a
+ * thread that needs a heap for its L2.5 block made a new heap: with waves
+ * of such threads the heaps grew to one per thread of a wave, each with a
+ * SuperSlab), nor for L2.5 sizes (shared slabs already) or the
  * profiler's and the statistics' paths (they count on the thread's heap).
  * A thread with no heap of its own frees nursery blocks back into the
  * nursery's caches and rings under the same lock (hak_nursery_free), so the
@@ -341,7 +376,7 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size, bool *kick) {
     *kick = false;
     if (tls_young >= HAK_NURSERY_ALLOCS || hak_tls_own_heap != NULL || tls_thread_done ||
         hak_opt.stats || hak_opt.profile[0] != '\0' || hak_opt.profile_leaks ||
-        atomic_load_explicit(&hak_abandoned_count, memory_order_relaxed) != 0)
+        (atomic_load_explicit(&abandoned_warm, memory_order_relaxed) != 0 && heap_adopt_warm()))
         return NULL;
     tls_young++;
     hak_heap_t *n = &hak_nursery_heap;

@@ -275,6 +275,9 @@ typedef struct hak_heap {
     uint32_t         left_at;      /* hak_now_ms() when its thread left it  */
     bool             settled;      /* abandoned, and reclaimed whole since a
                                       delay after (hak_heap_settle_abandoned) */
+    bool             warm;         /* abandoned with a SuperSlab of its own:
+                                      a young thread adopts it for its small
+                                      blocks (hak_nursery_alloc)           */
     uint8_t          refill_shift[HAK_NUM_CLASSES]; /* log2 of the blocks the
                                       next cache or ring refill of the class
                                       takes: 0 for a new thread, one more per

@@ -37,6 +37,15 @@
  *     a young thread's slow paths), frees the blocks of another such heap and
  *     allocates: it keeps its own heap, so it gets none of them.
  *
+ * test_exit_mixed_waves
+ *     Waves of 32 threads, half of them holding one L2.5 block (a thread
+ *     heap of its own for it) and half one small block (the nursery's, which
+ *     the main thread frees after the wave).  A young thread's small block
+ *     may come from a warm abandoned heap, never from one with no memory of
+ *     its own, which would leave the next L2.5 thread without a heap to
+ *     adopt: after the first wave, the number of heaps stays where it is
+ *     (it grew by a few each wave, to one per thread of a wave).
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the tests check. */
 #include <pthread.h>
@@ -547,6 +556,60 @@ static void test_exit_cache_left_to_successor(void **state)
     fail_msg("10 rounds met a sampled block");
 }
 
+/* ==== waves of threads that need a heap and threads that need none ====== */
+#define MW_THREADS 32
+#define MW_WAVES   6
+#define MW_BIG     ((size_t)100000)    /* L2.5: a heap of its own */
+#define MW_SMALL   ((size_t)640)       /* Tiny: the nursery while young */
+
+static pthread_barrier_t mw_held;
+static void *mw_block[MW_THREADS];
+
+static void *mw_thread(void *arg)
+{
+    uintptr_t i = (uintptr_t)arg;
+    size_t size = (i % 2) ? MW_SMALL : MW_BIG;
+    unsigned char *p = malloc(size);
+    if (p == NULL) {
+        atomic_fetch_add(&stress_errors, 1);
+    } else {
+        memset(p, (int)i, size);
+    }
+    mw_block[i] = p;
+    pthread_barrier_wait(&mw_held);            /* every block of the wave held */
+    if (p != NULL && (p[0] != (unsigned char)i || p[size - 1] != (unsigned char)i))
+        atomic_fetch_add(&stress_errors, 1);
+    if (size == MW_BIG) {
+        free(p);
+        mw_block[i] = NULL;
+    }
+    return NULL;
+}
+
+static void test_exit_mixed_waves(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    size_t heaps[MW_WAVES];
+    assert_int_equal(pthread_barrier_init(&mw_held, NULL, MW_THREADS), 0);
+    for (int w = 0; w < MW_WAVES; w++) {
+        pthread_t t[MW_THREADS];
+        for (uintptr_t i = 0; i < MW_THREADS; i++)
+            assert_int_equal(pthread_create(&t[i], NULL, mw_thread, (void *)i), 0);
+        for (int i = 0; i < MW_THREADS; i++) assert_int_equal(pthread_join(t[i], NULL), 0);
+        for (int i = 0; i < MW_THREADS; i++) {     /* the small blocks, after their threads */
+            free(mw_block[i]);
+            mw_block[i] = NULL;
+        }
+        heaps[w] = info_now().heaps;
+    }
+    pthread_barrier_destroy(&mw_held);
+    print_message("heaps after each wave of %d threads: %zu %zu %zu %zu %zu %zu\n", MW_THREADS,
+                  heaps[0], heaps[1], heaps[2], heaps[3], heaps[4], heaps[5]);
+    assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
+    assert_true(heaps[MW_WAVES - 1] <= heaps[1] + 2);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[] = {
@@ -556,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_exit_memory_trimmed),
         cmocka_unit_test(test_exit_successor_takes_over),
         cmocka_unit_test(test_exit_cache_left_to_successor),
+        cmocka_unit_test(test_exit_mixed_waves),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }
