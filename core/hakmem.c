@@ -217,8 +217,8 @@ HAK_ALLOC_PATH void *hak_pvalloc(size_t size) {
 /* The slow paths of the owner's free: a full Tiny cache (its flush may
  * have retired slabs: the shrink check), a full ring.  What they stamp
  * starts the purger here. */
-static HAK_NOINLINE void free_cache_full(hak_heap_t *h, unsigned cls) {
-    hak_tiny_cache_full(h, cls);
+static HAK_NOINLINE void free_cache_full(hak_heap_t *h, const hak_slab_t *s) {
+    hak_tiny_cache_full(h, s->cls);
     hak_heap_shrink_check(h);
     purge_request_due(h);
 }
@@ -268,7 +268,7 @@ static HAK_NOINLINE void free_slab_block(void *p) {
         return;
     }
     if (s->tier == HAK_TIER_TINY) {
-        if (hak_tiny_free(h, s, p)) free_cache_full(h, s->cls);
+        if (hak_tiny_free(h, s, p)) free_cache_full(h, s);
     } else if (!hak_pool_free(s->ring, p)) {
         free_ring_full(h, s->ring, p);
     }
@@ -330,7 +330,7 @@ void hak_free(void *p) {
         hak_slab_t *s = hak_page_desc_of(p);
         hak_heap_t *h = hak_tls_fast_heap;
         if (hak_likely(s->tiny_owner == h)) {
-            if (hak_unlikely(hak_tiny_free(h, s, p))) free_cache_full(h, s->cls);
+            if (hak_unlikely(hak_tiny_free(h, s, p))) free_cache_full(h, s);
             return;
         }
         if (hak_likely(s->owner == h)) {
