@@ -221,7 +221,11 @@ static bool heap_leave(hak_heap_t *h, bool settled) {
 
 /* A young thread's small block: the first warm heap among the first
  * TAKE_LOOK abandoned ones becomes the thread's heap (true), or none does
- * and the nursery serves it. */
+ * and the nursery serves it.  Never a bare one (its thread took only shared
+ * L2.5 blocks): adopting it for a small block maps a SuperSlab, and the
+ * next thread that needs a heap for an L2.5 block makes a new one; with
+ * waves of both kinds the heaps grew to one per thread of a wave, each
+ * with a SuperSlab. */
 #define TAKE_LOOK 64
 static bool heap_adopt_warm(void) {
     hak_lock(&heap_lock);
@@ -234,8 +238,9 @@ static bool heap_adopt_warm(void) {
     if (h != NULL && h->warm) {
         heap_unlink_abandoned_locked(h, prev);
         heap_activate_locked(h);
+    } else {
+        h = NULL;
     }
-    else h = NULL;
     hak_unlock(&heap_lock);
     if (h == NULL) return false;
     heap_attach(h);
@@ -355,12 +360,8 @@ static void heap_make_shared(void) {
  * do so at first only (a worker sets up) or for good (5000 threads that
  * each hold a few blocks): their first HAK_NURSERY_ALLOCS allocations come
  * from one heap they share, under its lock, so that they cost blocks, not
- * pages.  Not where a warm abandoned heap waits (adopting it costs nothing
- * new; one whose thread only took shared L2.5 blocks has no SuperSlab, and
- * a young thread that adopted it for a small block would map one while a
- * thread that needs a heap for its L2.5 block made a new heap: with waves
- * of such threads the heaps grew to one per thread of a wave, each with a
- * SuperSlab), nor for L2.5 sizes (shared slabs already) or the
+ * pages.  Not where a warm abandoned heap waits (heap_adopt_warm: adopting
+ * it costs nothing new), nor for L2.5 sizes (shared slabs already) or the
  * profiler's and the statistics' paths (they count on the thread's heap).
  * A thread with no heap of its own frees nursery blocks back into the
  * nursery's caches and rings under the same lock (hak_nursery_free), so the
