@@ -135,11 +135,28 @@ static void heap_unlink_abandoned_locked(hak_heap_t *h, hak_heap_t *prev) {
     atomic_fetch_sub_explicit(&hak_abandoned_count, 1, memory_order_relaxed);
 }
 
-/* An abandoned heap if there is one, else a new one.  Caller holds heap_lock. */
-static hak_heap_t *heap_take_locked(void) {
-    hak_heap_t *h = heaps_abandoned;
-    if (h == NULL) return heap_new(0);
-    heap_unlink_abandoned_locked(h, NULL);
+/* The abandoned heap at the head of the list, else a new one.  With
+ * warm_only, for a young thread's small block: the first warm one among the
+ * first TAKE_LOOK, else none (NULL: the nursery serves it).  Never a bare
+ * one there (its thread took only shared L2.5 blocks): adopting it for a
+ * small block maps a SuperSlab, and the next thread that needs a heap for
+ * an L2.5 block makes a new one; with waves of both kinds the heaps grew to
+ * one per thread of a wave, each with a SuperSlab.  Caller holds
+ * heap_lock. */
+#define TAKE_LOOK 64
+static hak_heap_t *heap_take_locked(bool warm_only) {
+    hak_heap_t *h = heaps_abandoned, *prev = NULL;
+    if (warm_only) {
+        unsigned looked = 0;
+        while (h != NULL && !h->warm && ++looked < TAKE_LOOK) {
+            prev = h;
+            h = h->next_free;
+        }
+        if (h == NULL || !h->warm) return NULL;
+    } else if (h == NULL) {
+        return heap_new(0);
+    }
+    heap_unlink_abandoned_locked(h, prev);
     return h;
 }
 
@@ -219,32 +236,14 @@ static bool heap_leave(hak_heap_t *h, bool settled) {
     return last;
 }
 
-/* A young thread's small block: the first warm heap among the first
- * TAKE_LOOK abandoned ones becomes the thread's heap (true), or none does
- * and the nursery serves it.  Never a bare one (its thread took only shared
- * L2.5 blocks): adopting it for a small block maps a SuperSlab, and the
- * next thread that needs a heap for an L2.5 block makes a new one; with
- * waves of both kinds the heaps grew to one per thread of a wave, each
- * with a SuperSlab. */
-#define TAKE_LOOK 64
-static bool heap_adopt_warm(void) {
+/* The calling thread runs on a heap heap_take_locked gave (NULL: none). */
+static hak_heap_t *heap_adopt(bool warm_only) {
     hak_lock(&heap_lock);
-    hak_heap_t *h = heaps_abandoned, *prev = NULL;
-    unsigned looked = 0;
-    while (h != NULL && !h->warm && ++looked < TAKE_LOOK) {
-        prev = h;
-        h = h->next_free;
-    }
-    if (h != NULL && h->warm) {
-        heap_unlink_abandoned_locked(h, prev);
-        heap_activate_locked(h);
-    } else {
-        h = NULL;
-    }
+    hak_heap_t *h = heap_take_locked(warm_only);
+    if (h != NULL) heap_activate_locked(h);
     hak_unlock(&heap_lock);
-    if (h == NULL) return false;
-    heap_attach(h);
-    return true;
+    if (h != NULL) heap_attach(h);
+    return h;
 }
 
 /* The calling thread's heap, made or adopted on first use.  With
@@ -253,13 +252,7 @@ static bool heap_adopt_warm(void) {
 hak_heap_t *hak_heap_for_thread(void) {
     if (hak_tls_own_heap != NULL) return hak_tls_own_heap;
     if (tls_thread_done) return NULL;
-    hak_lock(&heap_lock);
-    hak_heap_t *h = heap_take_locked();
-    if (h != NULL) heap_activate_locked(h);
-    hak_unlock(&heap_lock);
-    if (h == NULL) return NULL;
-    heap_attach(h);
-    return h;
+    return heap_adopt(false);
 }
 
 /* A thread that has barely used its heap (fewer than TAKEOVER_SLOW slow
@@ -360,7 +353,7 @@ static void heap_make_shared(void) {
  * do so at first only (a worker sets up) or for good (5000 threads that
  * each hold a few blocks): their first HAK_NURSERY_ALLOCS allocations come
  * from one heap they share, under its lock, so that they cost blocks, not
- * pages.  Not where a warm abandoned heap waits (heap_adopt_warm: adopting
+ * pages.  Not where a warm abandoned heap waits (heap_take_locked: adopting
  * it costs nothing new), nor for L2.5 sizes (shared slabs already) or the
  * profiler's and the statistics' paths (they count on the thread's heap).
  * A thread with no heap of its own frees nursery blocks back into the
@@ -377,7 +370,7 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size, bool *kick) {
     *kick = false;
     if (tls_young >= HAK_NURSERY_ALLOCS || hak_tls_own_heap != NULL || tls_thread_done ||
         hak_opt.stats || hak_opt.profile[0] != '\0' || hak_opt.profile_leaks ||
-        (atomic_load_explicit(&abandoned_warm, memory_order_relaxed) != 0 && heap_adopt_warm()))
+        (atomic_load_explicit(&abandoned_warm, memory_order_relaxed) != 0 && heap_adopt(true) != NULL))
         return NULL;
     tls_young++;
     hak_heap_t *n = &hak_nursery_heap;
@@ -614,7 +607,7 @@ bool hak_heap_thread_exit(hak_heap_t *h) {
  * ours): borrow an abandoned heap under the lock for this one call. */
 HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
     hak_lock(&heap_lock);
-    hak_heap_t *h = heap_take_locked();
+    hak_heap_t *h = heap_take_locked(false);
     void *p = NULL;
     if (h != NULL) {
         hak_tls_own_heap = h;
