@@ -162,18 +162,20 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     size_t n = (end - (uintptr_t)p) / bs;
     if (n > left) n = left;
     hak_block_t *first = (hak_block_t *)p;
+    char *last = p + (n - 1) * bs;
+    uintptr_t key = hak_slab_mark_key(s);
+    for (; p < last; p += bs) {
+        hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
+        hak_block_mark_free_keyed(p, key);
+    }
+    hak_link_set((hak_block_t *)last, s->free);
+    hak_block_mark_free_keyed(last, key);
     /* Ring-class blocks get a stamp: an L2 block's page is touched by its
      * link (stamped now), an L2.5 block has nothing resident beyond it. */
-    uint64_t stamp = s->tier == HAK_TIER_L2 ? (uint64_t)hak_now_ms() << 1 | 1 : 0;
-    bool ring = s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25;
-    for (size_t i = 1; i < n; i++, p += bs) {
-        hak_link_set((hak_block_t *)p, (hak_block_t *)(p + bs));
-        hak_block_mark_free(p);
-        if (ring) ((uint64_t *)p)[2] = stamp;
+    if (s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25) {
+        uint64_t stamp = s->tier == HAK_TIER_L2 ? (uint64_t)hak_now_ms() << 1 | 1 : 0;
+        for (p = (char *)first; p <= last; p += bs) ((uint64_t *)p)[2] = stamp;
     }
-    hak_link_set((hak_block_t *)p, s->free);
-    hak_block_mark_free(p);
-    if (ring) ((uint64_t *)p)[2] = stamp;
     s->free = first;
     s->carved = (uint16_t)(s->carved + n);
     hak_span_check_sync(s, true);

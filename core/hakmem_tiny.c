@@ -73,11 +73,19 @@ static void cache_flush(hak_heap_t *h, unsigned cls, unsigned keep) {
     if (last != NULL) hak_link_set(last, NULL);
     else h->tiny_free[cls] = NULL;
     h->tiny_room[cls] = h->tiny_limit[cls] - kept;
+    /* Neighbours in the cache are often of one slab (a thread frees what
+     * it allocated, in order or in reverse): each run of them, linked as it
+     * is, goes onto its slab's list in one piece.  A Tiny slab is one page. */
     while (b != NULL) {
-        hak_block_t *next = hak_link_get_any(b);
-        hak_slab_t *s = hak_page_desc_of(b);     /* a Tiny slab is one page */
-        if (hak_slab_push(s, b)) hak_slab_free_slow(h, s);
-        b = next;
+        hak_slab_t *s = hak_page_desc_of(b);
+        hak_block_t *first = b, *tail;
+        uint32_t n = 0;
+        do {
+            tail = b;
+            b = hak_link_get_any(b);
+            n++;
+        } while (b != NULL && (((uintptr_t)b ^ (uintptr_t)tail) >> HAK_PAGE_SHIFT) == 0);
+        if (hak_slab_push_run(s, first, tail, n)) hak_slab_free_slow(h, s);
     }
 }
 

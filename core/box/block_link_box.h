@@ -27,12 +27,18 @@ HAK_INTERNAL extern uintptr_t hak_block_key;
  * unless the program put it there); the hardened build with the secret key,
  * so a use-after-free write cannot forge a mark (ring pops check it). */
 #ifdef HAK_HARDENED
-static inline uintptr_t hak_freed_mark(const void *p) { return hak_block_key ^ (uintptr_t)p; }
+static inline uintptr_t hak_slab_mark_key(const hak_slab_t *s) { (void)s; return hak_block_key; }
 #else
-static inline uintptr_t hak_freed_mark(const void *p) {
-    return hak_page_desc_of(p)->check.mul ^ (uintptr_t)p;
-}
+static inline uintptr_t hak_slab_mark_key(const hak_slab_t *s) { return s->check.mul; }
 #endif
+/* (The key is the same for every block of a span, whose pages' descriptors
+ * all hold its check: a loop that marks many blocks reads it once.) */
+static inline uintptr_t hak_freed_mark(const void *p) {
+    return hak_slab_mark_key(hak_page_desc_of(p)) ^ (uintptr_t)p;
+}
+static inline void hak_block_mark_free_keyed(void *p, uintptr_t key) {
+    ((uintptr_t *)p)[1] = key ^ (uintptr_t)p;
+}
 static inline void hak_block_mark_free(void *p) { ((uintptr_t *)p)[1] = hak_freed_mark(p); }
 static inline void hak_block_taken(void *p) { ((uintptr_t *)p)[1] = 0; }
 
