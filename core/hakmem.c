@@ -434,7 +434,15 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
             hak_profile_resized(p, size);     /* a sampled block keeps its record */
         return p;
     }
-    void *q = hak_malloc(size);
+    /* A block that outgrows its class is a buffer being appended to, which
+     * will grow again: the new one is a quarter bigger than the old at least
+     * (tcmalloc's rule), so a run of small steps copies it about twice per
+     * doubling rather than at every class (four per doubling).  Not past
+     * the pools: a large block grows by remapping, with no copy. */
+    size_t want = size;
+    if (size > old && size <= HAK_L25_MAX && old + old / 4 > size)
+        want = old + old / 4 < HAK_L25_MAX ? old + old / 4 : HAK_L25_MAX;
+    void *q = hak_malloc(want);
     if (q == NULL) return NULL;
     memcpy(q, p, size < old ? size : old);
     hak_free(p);

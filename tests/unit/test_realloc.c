@@ -160,6 +160,32 @@ static void test_small_steps_with_neighbours(void **state)
     }
 }
 
+/* A buffer appended to in small steps, 1 KiB to 1 MiB by 1 KiB: each move
+ * makes room for a quarter more at least, so it moves about twice per
+ * doubling (20 times here), not at every size class (40). */
+static void test_growth_moves_seldom(void **state)
+{
+    const api_t *A = *state;
+    uint64_t seed = 11;
+    unsigned char *p = A->malloc_(KiB);
+    assert_non_null(p);
+    pat_fill(p, KiB, seed);
+    unsigned moves = 0;
+    for (size_t n = 2 * KiB; n <= MiB; n += KiB) {
+        unsigned char *q = A->realloc_(p, n);
+        if (q == NULL)
+            fail_msg("realloc(%zu -> %zu) returned NULL", n - KiB, n);
+        if (pat_check(q, n - KiB, seed) != n - KiB)
+            fail_msg("realloc(%zu -> %zu) lost contents", n - KiB, n);
+        moves += q != p;
+        p = q;
+        pat_fill(p, n, ++seed);
+    }
+    if (moves > 24)
+        fail_msg("growing 1 KiB -> 1 MiB by 1 KiB moved the block %u times (at most 24)", moves);
+    A->free_(p);
+}
+
 /* Same size, and sizes inside the same usable size: contents unchanged. */
 static void test_realloc_same_size(void **state)
 {
@@ -344,6 +370,8 @@ int main(void)
         TEST_API(test_realloc_every_pair, API_HAK),
         TEST_API(test_small_steps_with_neighbours, API_STD),
         TEST_API(test_small_steps_with_neighbours, API_HAK),
+        TEST_API(test_growth_moves_seldom, API_STD),
+        TEST_API(test_growth_moves_seldom, API_HAK),
         TEST_API(test_realloc_same_size, API_STD),
         TEST_API(test_realloc_same_size, API_HAK),
         TEST_API(test_realloc_huge_fails_keeps_block, API_STD),
