@@ -253,7 +253,8 @@ typedef enum {
 } kind_t;
 
 /* Check a block just returned for a request of n bytes (need: bytes that must
- * be usable) with alignment `align`, record it in `slot` and fill it. */
+ * be usable, the request recorded; less than n where realloc adds room) with
+ * alignment `align`, record it in `slot` and fill it. */
 static void adopt(unsigned slot, void *vp, size_t n, size_t need, size_t align, kind_t kind,
                   int old_tier, int zeroed)
 {
@@ -306,9 +307,9 @@ static void adopt(unsigned slot, void *vp, size_t n, size_t need, size_t align, 
     }
     blk_t *b = &live[slot];
     b->p = p;
-    b->n = n;
+    b->n = need;
     b->u = u;
-    b->charge = n + align;
+    b->charge = need + align;
     b->id = ++next_id;
     b->tier = t;
     live_bytes += b->charge;
@@ -401,7 +402,12 @@ static void do_realloc(const op_t *o, size_t n, int ov)
              (void *)old.p, old.n, old.u, n, q, bad, keep);
     live_bytes -= old.charge;
     memset(b, 0, sizeof *b);
-    adopt(o->slot, q, n, n, 1, q == (void *)old.p ? K_INPLACE : K_PLAIN, old.tier, 0);
+    /* A block that outgrows its class moves to one a quarter bigger than the
+     * old at least, up to L2.5's end (hak_realloc): the class of that size. */
+    size_t as = n;
+    if (q != (void *)old.p && n > old.u && n <= L25_MAX && old.u + old.u / 4 > n)
+        as = old.u + old.u / 4 < L25_MAX ? old.u + old.u / 4 : L25_MAX;
+    adopt(o->slot, q, as, n, 1, q == (void *)old.p ? K_INPLACE : K_PLAIN, old.tier, 0);
 }
 
 static void do_aligned(const op_t *o)
