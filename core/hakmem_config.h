@@ -104,5 +104,8 @@ enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD
 /* A new thread's first allocations (Tiny and L2 sizes) come from the
  * nursery heap all young threads share (hakmem_heap.c): this many. */
 #define HAK_NURSERY_ALLOCS 64
+/* The cache line: a nursery block takes whole lines, so that no two young
+ * threads write to one (hakmem_heap.c). */
+#define HAK_CACHE_LINE 64
 
 #endif /* HAKMEM_CONFIG_H */

@@ -46,6 +46,13 @@
  *     adopt: after the first wave, the number of heaps stays where it is
  *     (it grew by a few each wave, to one per thread of a wave).
  *
+ * test_young_threads_own_lines
+ *     Runs first, while no heap has been abandoned: 8 threads start at once
+ *     and each makes its first four allocations (8 to 100 B, the nursery's:
+ *     young threads share its slabs) and writes them while all are live.
+ *     No cache line may hold bytes of two threads' blocks (with blocks of
+ *     their size side by side, each line held those of up to four).
+ *
  * Worker threads never call cmocka assertions; they count problems in
  * stress_errors (stress_common.h), which the tests check. */
 #include <pthread.h>
@@ -75,6 +82,62 @@ static void print_info(const char *when)
     print_message("%-28s SuperSlabs hot %3zu draining %3zu free %zu; heaps %zu (%zu abandoned); RSS %6zu KiB\n",
                   when, in.ss_hot, in.ss_draining, in.ss_free, in.heaps, in.heaps_abandoned,
                   st_rss_bytes() >> 10);
+}
+
+/* ==== young threads' blocks ============================================= */
+#define YL_THREADS 8
+#define YL_BLOCKS  4
+#define YL_LINE    ((uintptr_t)64)
+
+static pthread_barrier_t yl_held;
+static uintptr_t yl_addr[YL_THREADS][YL_BLOCKS];
+static const size_t yl_size[YL_BLOCKS] = { 8, 24, 40, 100 };
+
+static void *yl_thread(void *arg)
+{
+    uintptr_t t = (uintptr_t)arg;
+    unsigned char *p[YL_BLOCKS];
+    pthread_barrier_wait(&yl_held);     /* all start young together */
+    for (int k = 0; k < YL_BLOCKS; k++) {
+        p[k] = malloc(yl_size[k]);
+        if (p[k] == NULL) stress_fail("young thread %u: malloc(%zu) failed", (unsigned)t, yl_size[k]);
+        else memset(p[k], (int)t + 1, yl_size[k]);
+        yl_addr[t][k] = (uintptr_t)p[k];
+    }
+    pthread_barrier_wait(&yl_held);     /* all blocks live */
+    pthread_barrier_wait(&yl_held);     /* main has looked */
+    for (int k = 0; k < YL_BLOCKS; k++) free(p[k]);
+    return NULL;
+}
+
+static void test_young_threads_own_lines(void **state)
+{
+    (void)state;
+    long errs0 = atomic_load(&stress_errors);
+    assert_int_equal(pthread_barrier_init(&yl_held, NULL, YL_THREADS + 1), 0);
+    pthread_t th[YL_THREADS];
+    for (uintptr_t t = 0; t < YL_THREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, yl_thread, (void *)t), 0);
+    pthread_barrier_wait(&yl_held);
+    pthread_barrier_wait(&yl_held);
+    unsigned shared = 0;
+    for (int a = 0; a < YL_THREADS; a++)
+        for (int b = a + 1; b < YL_THREADS; b++)
+            for (int i = 0; i < YL_BLOCKS; i++)
+                for (int j = 0; j < YL_BLOCKS; j++) {
+                    uintptr_t pa = yl_addr[a][i], pb = yl_addr[b][j];
+                    if (pa == 0 || pb == 0) continue;
+                    uintptr_t a0 = pa / YL_LINE, a1 = (pa + yl_size[i] - 1) / YL_LINE;
+                    uintptr_t b0 = pb / YL_LINE, b1 = (pb + yl_size[j] - 1) / YL_LINE;
+                    if (a0 <= b1 && b0 <= a1 && shared++ < 4)
+                        print_error("threads %d and %d share a cache line: %#lx (%zu B), %#lx (%zu B)\n",
+                                    a, b, (unsigned long)pa, yl_size[i], (unsigned long)pb, yl_size[j]);
+                }
+    pthread_barrier_wait(&yl_held);
+    for (int t = 0; t < YL_THREADS; t++) pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&yl_held);
+    assert_int_equal(atomic_load(&stress_errors), errs0);
+    assert_int_equal(shared, 0);
 }
 
 /* ==== waves that leave blocks behind ===================================== */
@@ -613,6 +676,7 @@ static void test_exit_mixed_waves(void **state)
 int main(void)
 {
     struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_young_threads_own_lines),   /* first: no heap abandoned yet */
         cmocka_unit_test(test_exit_blocks_freed_later),
         cmocka_unit_test(test_exit_sequential_heaps),
         cmocka_unit_test(test_exit_memory_swept_by_running_thread),
