@@ -237,12 +237,19 @@ void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
  * begin or end on a huge-page boundary inside a chunk: moves split there. */
 #define LARGE_HUGE ((size_t)2 << 20)
 
-/* [p, p + len) is to hold a block's `used` bytes (offset included).  A
- * reused range keeps what earlier blocks asked for, so its rest is set too. */
-static void huge_pages(char *p, size_t len, size_t used, bool reused) {
-    size_t h = used & ~(LARGE_HUGE - 1);
-    if (h) hak_os_hugepages(p, h, true);
-    if (reused && h < len) hak_os_hugepages(p + h, len - h, false);
+/* [p, p + len) is to hold a block whose header starts `off - HAK_LARGE_HDR`
+ * into it and whose bytes end `end` into it.  Not the padding before the
+ * header of a block aligned past a huge page (posix_memalign to 2 MiB and
+ * more): the header's write would fault in a huge page it shares with no
+ * byte of the block.  A reused range keeps what earlier blocks asked for,
+ * so its rest is set too. */
+static void huge_pages(char *p, size_t len, size_t off, size_t end, bool reused) {
+    size_t lo = (off - HAK_LARGE_HDR + LARGE_HUGE - 1) & ~(LARGE_HUGE - 1);
+    size_t hi = end & ~(LARGE_HUGE - 1);
+    if (hi < lo) hi = lo;
+    if (hi > lo) hak_os_hugepages(p + lo, hi - lo, true);
+    if (reused && lo > 0) hak_os_hugepages(p, lo, false);
+    if (reused && hi < len) hak_os_hugepages(p + hi, len - hi, false);
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole
@@ -305,7 +312,7 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         if (zero && lo < hi) zero_used(nb + lo, hi - lo);
         at += pc[i].len;
     }
-    huge_pages(nb, len, off + size, true);
+    huge_pages(nb, len, off, off + size, true);
     return nb;
 }
 
@@ -328,7 +335,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         size_t got = cache_take(len, pc, &n);
         if (n == 1 && got == len) {
             base = pc[0].base;
-            huge_pages(base, len, off + size, true);
+            huge_pages(base, len, off, off + size, true);
             if (zero) zero_used(base + off, size);
         } else if (n > 0) {
             base = gather(len, pc, n, off, size, zero);
@@ -340,7 +347,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
             errno = ENOMEM;
             return NULL;
         }
-        huge_pages(base, len, off + size, false);
+        huge_pages(base, len, off, off + size, false);
     }
     return block_at(base, len, off);
 }
@@ -410,7 +417,7 @@ void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
         errno = ENOMEM;
         return NULL;
     }
-    huge_pages(nb, new_len, off + size, false);
+    huge_pages(nb, new_len, off, off + size, false);
     move_range(base, len, nb);
     errno = saved;
     return block_at(nb, new_len, off);

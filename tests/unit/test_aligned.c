@@ -340,6 +340,40 @@ static void *first_allocs_aligned(void *arg)
     return (void *)bad;
 }
 
+/* Resident bytes of the process (second field of /proc/self/statm). */
+static size_t resident_bytes(void)
+{
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%*s %ld", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return (size_t)pages * page_size();
+}
+
+/* A block aligned to 2 MiB or more sits that far into its mapping, its
+ * header just before it: 16 blocks of 1 MiB aligned to 2 MiB, 4 KiB of each
+ * written, stay a few MiB resident (a huge page under each header, which
+ * shares it with no byte of the block, made them 2 MiB each: 32 MiB). */
+static void test_big_alignment_stays_small(void **state)
+{
+    const api_t *A = *state;
+    enum { N = 16 };
+    void *p[N];
+    size_t rss0 = resident_bytes();
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(A->posix_memalign_(&p[i], 2 * MiB, MiB), 0);
+        check_block(A, p[i], 2 * MiB, MiB, "posix_memalign");
+        memset(p[i], 0x5a, 4 * KiB);
+    }
+    size_t grew = resident_bytes() - rss0;
+    for (int i = 0; i < N; i++) A->free_(p[i]);
+    if (rss0 != 0 && grew > 8 * MiB)
+        fail_msg("16 blocks of 1 MiB aligned to 2 MiB, 4 KiB written in each: resident size "
+                 "grew by %zu KiB", grew >> 10);
+}
+
 static void test_aligned_first_in_new_thread(void **state)
 {
     (void)state;
@@ -353,6 +387,8 @@ static void test_aligned_first_in_new_thread(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        TEST_API(test_big_alignment_stays_small, API_STD),
+        TEST_API(test_big_alignment_stays_small, API_HAK),
         TEST_API(test_posix_memalign_einval, API_STD),
         TEST_API(test_posix_memalign_einval, API_HAK),
         TEST_API(test_posix_memalign_enomem, API_STD),
