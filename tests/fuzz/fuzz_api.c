@@ -278,6 +278,10 @@ static void adopt(unsigned slot, void *vp, size_t n, size_t need, size_t align, 
             fail("request of %zu bytes: hak_tier_of(%p) = %s, expected %s", n, (void *)p,
                  tier_str(t), tier_str(tier_for(n)));
         int c = hak_size_class(n);
+        /* A young thread's first blocks come from the nursery in whole cache
+         * lines (hak_nursery_alloc): the class of n rounded up to 64 B. */
+        int cl = n <= L2_MAX ? hak_size_class(n == 0 ? 64 : (n + 63) & ~(size_t)63) : c;
+        if (cl >= 0 && (size_t)hak_class_size(cl) == u && (size_t)hak_class_size(c) != u) c = cl;
         if (n <= L25_MAX) {
             if (c < 0 || (size_t)hak_class_size(c) != u || (int)hak_class_tier(c) != t)
                 fail("request of %zu bytes: usable size %zu, tier %s, but hak_size_class = %d "
