@@ -3,13 +3,16 @@
  *
  * test_span_search_order
  *     A heap of 40 SuperSlabs, every page in a one-page span (of the Tiny
- *     kind, which may take page 0 too: full means no page free at all).  A span freed
+ *     kind, which may take page 0 too).  Open: HOT, with a page free past
+ *     page 0 (the only one that L2 and L2.5 spans cannot take).  A span freed
  *     in a full SuperSlab moves it ahead of the full ones (the search stops
  *     at the first full one), becomes the heap's hint, and the next span is
  *     taken from its page, still resident; a SuperSlab whose last free page
  *     a span takes goes to the tail.  After every step the heap's list holds
- *     every SuperSlab it owns once, those with a free page first, and
- *     ss_tail is its last. */
+ *     every SuperSlab it owns once, the open ones first, and ss_tail is its
+ *     last.  Then all but one span of each SuperSlab back: all of them
+ *     DRAINING, behind the open ones; new spans (Tiny ones, which walk the
+ *     whole list) revive them rather than map more SuperSlabs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,8 +36,9 @@ static void check_order(const hak_heap_t *h)
     bool full_seen = false;
     const hak_superslab_t *last = NULL;
     for (const hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        if (ss->free_pages == 0) full_seen = true;
-        else if (full_seen) fail_msg("SuperSlab %p has free pages but follows a full one", (void *)ss);
+        bool open = hak_ss_state(ss) == HAK_SS_HOT && (ss->free_pages & ~(uint64_t)1) != 0;
+        if (!open) full_seen = true;
+        else if (full_seen) fail_msg("open SuperSlab %p follows one that is not", (void *)ss);
         if (ss->prev != last) fail_msg("SuperSlab %p: prev link broken", (void *)ss);
         last = ss;
         n++;
@@ -79,11 +83,30 @@ static void test_span_search_order(void **state)
     spans[1 * SPANS_PER + 5] = s;
     check_order(h);
 
+    /* all but one span of each SuperSlab back: every one DRAINING, behind
+     * the open ones (none left) */
+    for (unsigned i = 0; i < SPANS; i++) {
+        if (spans[i] == NULL || i % SPANS_PER == 0) continue;
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+        if (i % 97 == 0) check_order(h);
+    }
+    check_order(h);
+    assert_int_equal(h->ss_count, SS_N);
+    /* new spans revive DRAINING SuperSlabs, Tiny ones too (they walk the
+     * whole list), rather than map more */
+    for (unsigned k = 0; k < 2 * SPANS_PER; k++) {
+        unsigned i = k * 7 % SPANS;
+        while (spans[i] != NULL) i = (i + 1) % SPANS;
+        spans[i] = take(h);
+    }
+    assert_int_equal(h->ss_count, SS_N);
+    check_order(h);
+
     for (unsigned i = 0; i < SPANS; i++) {
         if (spans[i] == NULL) continue;
         hak_ss_span_free(h, spans[i]);
         spans[i] = NULL;
-        if (i % 97 == 0) check_order(h);
     }
     check_order(h);
     hak_heap_unlock(h);
