@@ -237,18 +237,21 @@ void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
  * begin or end on a huge-page boundary inside a chunk: moves split there. */
 #define LARGE_HUGE ((size_t)2 << 20)
 
-/* [p, p + len) is to hold a block whose header starts `off - HAK_LARGE_HDR`
- * into it and whose bytes end `end` into it.  Not the padding before the
- * header of a block aligned past a huge page (posix_memalign to 2 MiB and
- * more): the header's write would fault in a huge page it shares with no
- * byte of the block.  A reused range keeps what earlier blocks asked for,
- * so its rest is set too. */
+/* [p, p + len) is to hold a block that starts `off` into it (its header
+ * just before) and whose bytes end `end` into it.  Not the padding before a
+ * block aligned to a huge page or more (posix_memalign to 2 MiB and up,
+ * `off` a multiple of 2 MiB): the header's write would fault in a huge page
+ * that holds no byte of the block, so that padding is marked for 4 KiB
+ * pages even in a fresh range (where THP is `always`, unmarked memory gets
+ * huge pages).  A smaller alignment keeps the block's first huge page: its
+ * padding is less than the page.  A reused range keeps what earlier blocks
+ * asked for, so its rest is set too. */
 static void huge_pages(char *p, size_t len, size_t off, size_t end, bool reused) {
-    size_t lo = (off - HAK_LARGE_HDR + LARGE_HUGE - 1) & ~(LARGE_HUGE - 1);
+    size_t lo = off & ~(LARGE_HUGE - 1);
     size_t hi = end & ~(LARGE_HUGE - 1);
     if (hi < lo) hi = lo;
     if (hi > lo) hak_os_hugepages(p + lo, hi - lo, true);
-    if (reused && lo > 0) hak_os_hugepages(p, lo, false);
+    if (lo > 0) hak_os_hugepages(p, lo, false);
     if (reused && hi < len) hak_os_hugepages(p + hi, len - hi, false);
 }
 

@@ -267,11 +267,12 @@ typedef struct hak_heap {
      * malloc_trim of other threads touch (hak_heap_lock, below). */
     hak_lock_t       lock;
     unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
-    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap: those
-                                      with a free page first (span search) */
+    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap: the
+                                      open ones (HOT, a page free past page
+                                      0) first (hak_ss_span_alloc)          */
     hak_superslab_t *ss_tail;      /* its last                             */
-    hak_superslab_t *ss_hint;      /* where the last span was taken: tried
-                                      first (hak_ss_span_alloc)            */
+    hak_superslab_t *ss_hint;      /* where a span was last taken or freed
+                                      (HOT): tried first in a big heap      */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */

@@ -162,7 +162,7 @@ static void test_small_steps_with_neighbours(void **state)
 
 /* A buffer appended to in small steps, 1 KiB to 1 MiB by 1 KiB: each move
  * makes room for a quarter more at least, so it moves about twice per
- * doubling (20 times here), not at every size class (40). */
+ * doubling (20 times here), not at every size class (35). */
 static void test_growth_moves_seldom(void **state)
 {
     const api_t *A = *state;
