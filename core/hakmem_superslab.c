@@ -226,9 +226,10 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
  * (*revived: its slabs are the caller's to put back in service); then a new
  * SuperSlab.  The hint spares the search a walk of every SuperSlab while
  * one keeps serving: a heap of hundreds of them refilling after a free
- * phase walked them all for each slab.  A heap of SS_HINT_MIN or fewer
- * walks them all, for the best fit (with the hint, bench_xthread's shared
- * L2.5 heap of about 8 peaked 5 % higher). */
+ * phase walked them all for each slab; past the hint, such a heap looks at
+ * SPAN_LOOK more SuperSlabs once a run fits.  A heap of SS_HINT_MIN or
+ * fewer walks all its open ones, for the best fit (with the hint,
+ * bench_xthread's shared L2.5 heap of about 8 peaked 5 % higher). */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool *revived) {
     *revived = false;
