@@ -29,9 +29,10 @@
 
 #define SS_CACHE_MAX 4     /* empty SuperSlabs kept with nothing resident */
 #define DRAIN_PAGES  8
-#define SS_HINT_MIN  16    /* SuperSlabs a heap has before spans try its hint
-                              and look at SPAN_LOOK more once one fits      */
-#define SPAN_LOOK    8
+#define SPAN_LOOK_MIN 16   /* SuperSlabs a heap has before its span search
+                              looks at SPAN_LOOK more once a run fits, not
+                              at all of them                               */
+#define SPAN_LOOK     8
 
 /* SuperSlabs per state, for hak_get_info (changed only on state moves). */
 _Atomic size_t hak_ss_count[3];
@@ -120,7 +121,6 @@ static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
 
 static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
     dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages));
-    if (h->ss_hint == ss) h->ss_hint = NULL;
     list_remove(h, ss);
     h->ss_count--;
 }
@@ -219,35 +219,24 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
 }
 
 /* Free pages still resident are reused first (no page faults, and fewer
- * to decommit): those of the SuperSlab a span last came from or went back
- * to (ss_hint) if it is HOT and has a run that fits, else the best fit of
- * the heap's; then any free run of a HOT SuperSlab, the best fit of the
- * heap's (an exact fit ends each search); then a DRAINING one is revived
- * (*revived: its slabs are the caller's to put back in service); then a new
- * SuperSlab.  The hint spares the search a walk of every SuperSlab while
- * one keeps serving: a heap of hundreds of them refilling after a free
- * phase walked them all for each slab; past the hint, such a heap looks at
- * SPAN_LOOK more SuperSlabs once a run fits.  A heap of SS_HINT_MIN or
- * fewer walks all its open ones, for the best fit (with the hint,
- * bench_xthread's shared L2.5 heap of about 8 peaked 5 % higher). */
+ * to decommit); then any free run of a HOT SuperSlab, the best fit of the
+ * heap's open ones in each case (an exact fit ends each search); then a
+ * DRAINING one is revived (*revived: its slabs are the caller's to put
+ * back in service); then a new SuperSlab.  A heap of more than
+ * SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK more once a run fits, not at
+ * all of them: a heap of hundreds refilling after a free phase walked them
+ * all for each slab.  A smaller heap keeps the full best fit. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool *revived) {
     *revived = false;
     hak_superslab_t *ss = NULL, *draining = NULL;
     int idx = -1, draining_idx = -1;
     unsigned len, best_len = HAK_SS_PAGES + 1;
-    hak_superslab_t *hint = h->ss_hint;
-    if (hint != NULL && h->ss_count > SS_HINT_MIN && hak_ss_state(hint) == HAK_SS_HOT) {
-        uint64_t runs = h->dirty_count >= npages ? hint->free_pages & hint->dirty_pages
-                                                 : hint->free_pages;
-        idx = find_run(runs, npages, align_pages, page0, &len);
-        if (idx >= 0) ss = hint;
-    }
     /* The open SuperSlabs lead the list.  Tiny spans may also take page 0
      * of one that is not, so they walk on (they are few: a Tiny slab holds
      * hundreds of blocks). */
-    unsigned look = h->ss_count > SS_HINT_MIN ? SPAN_LOOK : UINT_MAX;
-    if (ss == NULL && h->dirty_count >= npages) {
+    unsigned look = h->ss_count > SPAN_LOOK_MIN ? SPAN_LOOK : UINT_MAX;
+    if (h->dirty_count >= npages) {
         for (hak_superslab_t *o = h->ss_list; o != NULL && (page0 || ss_open(o)); o = o->next) {
             if (ss != NULL && look-- == 0) break;
             if (hak_ss_state(o) != HAK_SS_HOT) continue;
@@ -261,7 +250,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
         }
     }
     if (ss == NULL) {
-        look = h->ss_count > SS_HINT_MIN ? SPAN_LOOK : UINT_MAX;
+        look = h->ss_count > SPAN_LOOK_MIN ? SPAN_LOOK : UINT_MAX;
         hak_superslab_t *o = h->ss_list;
         for (; o != NULL && (page0 || ss_open(o)); o = o->next) {
             if (ss != NULL && look-- == 0) break;
@@ -304,7 +293,6 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
         idx = find_run(ss->free_pages, npages, align_pages, page0, &len);
         hak_assert(idx >= 0);
     }
-    h->ss_hint = ss;
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
     if (!ss_open(ss) && ss != h->ss_tail) {        /* closed: behind the open ones */
@@ -369,8 +357,6 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
         ss_set_state(ss, HAK_SS_HOT, HAK_SS_DRAINING);
-    else if (hak_ss_state(ss) == HAK_SS_HOT)
-        h->ss_hint = ss;            /* the pages just freed, resident, next */
     if (ss_open(ss) != was_open) {  /* opened, or closed as it started DRAINING */
         list_remove(h, ss);
         if (ss_open(ss)) list_push_head(h, ss);

@@ -271,8 +271,6 @@ typedef struct hak_heap {
                                       open ones (HOT, a page free past page
                                       0) first (hak_ss_span_alloc)          */
     hak_superslab_t *ss_tail;      /* its last                             */
-    hak_superslab_t *ss_hint;      /* where a span was last taken or freed
-                                      (HOT): tried first in a big heap      */
     unsigned         ss_count;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */

@@ -113,16 +113,8 @@ static void test_cross_thread(void **state)
     check_cross_thread(*state, 12, LARGE_MIN, 3 * MiB, HAK_TIER_LARGE, 32);
 }
 
-/* Virtual size of the process in bytes (first field of /proc/self/statm). */
-static size_t vm_size(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu", &pages), 1);
-    fclose(f);
-    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-}
+/* Virtual size of the process in bytes. */
+static size_t vm_size(void) { return statm_bytes(0); }
 
 static void test_free_releases_address_space(void **state)
 {

@@ -6,7 +6,7 @@
  *     kind, which may take page 0 too).  Open: HOT, with a page free past
  *     page 0 (the only one that L2 and L2.5 spans cannot take).  A span freed
  *     in a full SuperSlab moves it ahead of the full ones (the search stops
- *     at the first full one), becomes the heap's hint, and the next span is
+ *     at the first full one), and the next span is
  *     taken from its page, still resident; a SuperSlab whose last free page
  *     a span takes goes to the tail.  After every step the heap's list holds
  *     every SuperSlab it owns once, the open ones first, and ss_tail is its
@@ -73,7 +73,11 @@ static void test_span_search_order(void **state)
         hak_ss_span_free(h, s);
         spans[k * SPANS_PER + 5] = NULL;
         assert_ptr_equal(h->ss_list, ss);          /* ahead of the full ones */
-        assert_ptr_equal(h->ss_hint, ss);          /* its page is next */
+        hak_slab_t *again = take(h);               /* its page is next */
+        assert_ptr_equal(hak_ss_of(again), ss);
+        assert_ptr_equal(h->ss_tail, ss);          /* full again: at the tail */
+        hak_ss_span_free(h, again);
+        assert_ptr_equal(h->ss_list, ss);
         check_order(h);
     }
     hak_superslab_t *last_freed = hak_ss_of(spans[1 * SPANS_PER]);

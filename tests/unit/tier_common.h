@@ -6,6 +6,8 @@
  *   HAK_STD(), SKIP_IF_HAK_ONLY(), HAK_STD_NAMES  for sanitizer builds
  *                          (-DHAK_TEST_HAK_ONLY, below)
  *   std_usable()           malloc_usable_size with the hak_usable_size type
+ *   statm_bytes()          a field of /proc/self/statm in bytes (0: virtual
+ *                          size, 1: resident)
  *   tier_name(), expected_tier()
  *   pat_fill(), pat_check() a position-dependent fill pattern and its check
  *   rng_next(), rng_range() xorshift64 PRNG
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "hakmem.h"
@@ -62,6 +65,16 @@ static inline void skip_std_variant(void **state) { (void)state; skip(); }
 #endif
 
 static inline size_t std_usable(const void *p) { return malloc_usable_size((void *)p); }
+
+static inline size_t statm_bytes(unsigned field)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long v[2] = { 0, 0 };
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%lu %lu", &v[0], &v[1]), 2);
+    fclose(f);
+    return (size_t)v[field] * (size_t)sysconf(_SC_PAGESIZE);
+}
 
 static inline const char *tier_name(int t)
 {
