@@ -417,6 +417,20 @@ static void heap_sweep_bare(hak_heap_t *h) {
     h->keep_spares = keep;
 }
 
+/* A thread that leaves where nothing settles heaps later: the blocks it
+ * took from the nursery while young, freed since as remote frees (it had a
+ * heap of its own by then), go back now too.  The nursery collects them
+ * only when a slab runs dry or the purger sweeps it, and no purger runs:
+ * 1000 such threads left 8-20 MiB of the nursery's slabs resident. */
+static void nursery_settle(void) {
+    hak_heap_t *n = &hak_nursery_heap;
+    hak_lock(&n->lock);
+    n->lock_depth = 1;
+    heap_sweep(n);
+    n->lock_depth = 0;
+    hak_unlock(&n->lock);
+}
+
 /* The purger's pass over the shared heap.  First what an owner would do on
  * its slow paths (the heap has no thread to do it): remote frees collected
  * (those of threads without a heap) and empty slabs retired, the spares
@@ -609,6 +623,7 @@ bool hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_own_heap) return false;
     heap_detach(h);          /* the caller starts the purger whatever it stamped */
     bool now = settle_now(h);
+    if (now) nursery_settle();
     tls_thread_done = true;
     return heap_leave(h, now);
 }
