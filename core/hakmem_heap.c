@@ -52,9 +52,7 @@ static bool heap_key_ready;
 static void heap_sweep(hak_heap_t *h) {
     hak_heap_lock(h);
     hak_slab_collect_notified(h);
-    /* (A SuperSlab that starts DRAINING as its slabs are swept moves to the
-     * list's tail and is met again: swept twice, harmlessly; only ss itself
-     * moves or goes while it is swept.) */
+    /* (Only ss itself may go while it is swept.) */
     for (hak_superslab_t *ss = h->ss_list; ss != NULL;) {
         hak_superslab_t *next = ss->next;
         h->sweeping = ss;                 /* keeps ss mapped while we walk it */

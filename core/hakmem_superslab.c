@@ -80,48 +80,110 @@ static uint64_t pages_due(const hak_superslab_t *ss, uint32_t now, uint32_t dela
     return due;
 }
 
-/* A heap's list keeps its open SuperSlabs (HOT, with a page free past page
- * 0, which only Tiny slabs use) ahead of the others, so that the span
- * search stops at the first one that is not: a heap of hundreds of
- * SuperSlabs walked them all (a cache miss or two each) for every slab it
- * made, 40 % of the time of a program building a gigabyte of 16-64 KiB
- * blocks, and 3 000 DRAINING ones once it had freed 11 GB of 64 KiB-1 MiB
- * blocks (bench_bulk, perf).  A SuperSlab goes to the tail when it closes
- * (a span takes its last such page, or it starts DRAINING) and to the head
- * when it opens (a span is freed in it, or it is revived); a new one is
- * open. */
-static inline bool ss_open(const hak_superslab_t *ss) {
-    return hak_ss_state(ss) == HAK_SS_HOT && (ss->free_pages & ~(uint64_t)1) != 0;
-}
-
-static void list_push_head(hak_heap_t *h, hak_superslab_t *ss) {
+static void list_push(hak_heap_t *h, hak_superslab_t *ss) {
     ss->prev = NULL;
     ss->next = h->ss_list;
-    if (h->ss_list) h->ss_list->prev = ss; else h->ss_tail = ss;
+    if (h->ss_list) h->ss_list->prev = ss;
     h->ss_list = ss;
-}
-
-static void list_push_tail(hak_heap_t *h, hak_superslab_t *ss) {
-    ss->next = NULL;
-    ss->prev = h->ss_tail;
-    if (h->ss_tail) h->ss_tail->next = ss; else h->ss_list = ss;
-    h->ss_tail = ss;
 }
 
 static void list_remove(hak_heap_t *h, hak_superslab_t *ss) {
     if (ss->prev) ss->prev->next = ss->next; else h->ss_list = ss->next;
-    if (ss->next) ss->next->prev = ss->prev; else h->ss_tail = ss->prev;
+    if (ss->next) ss->next->prev = ss->prev;
+}
+
+/* ---- the span search's indexes ------------------------------------------
+ * A heap of hundreds of SuperSlabs walked them all (a cache miss or two
+ * each) for every slab it made: 40 % of the time of a program building a
+ * gigabyte of 16-64 KiB blocks, 73 % of one building 64 KiB-1 MiB blocks,
+ * whose SuperSlabs each kept a few free pages too few for the next span
+ * (bench_bulk, perf).  So the search looks only where a span may fit: the
+ * HOT SuperSlabs are listed by their longest free run (room lists, by
+ * powers of two: a span of n pages fits in every SuperSlab of the lists
+ * above n's, and may in n's own), the DRAINING ones apart, and those with
+ * free pages still resident in a list of their own, most recently freed
+ * into first.  A SuperSlab a span is freed in goes to the head of its
+ * lists, so that the next span reuses those pages. */
+
+/* The longest free run past page 0 (1 if only page 0 is free: a Tiny span
+ * may take it).  A walk of the runs, as find_run's. */
+static unsigned ss_room(const hak_superslab_t *ss) {
+    uint64_t f = ss->free_pages & ~(uint64_t)1;
+    unsigned best = 0;
+    while (f != 0) {
+        unsigned start = (unsigned)__builtin_ctzll(f);
+        uint64_t gaps = ~(f >> start);
+        unsigned len = gaps == 0 ? HAK_SS_PAGES - start : (unsigned)__builtin_ctzll(gaps);
+        if (len > best) best = len;
+        f = start + len >= HAK_SS_PAGES ? 0 : f & (~(uint64_t)0 << (start + len));
+    }
+    return best != 0 ? best : (unsigned)(ss->free_pages & 1);
+}
+
+/* The room list of a run of n pages (n >= 1): 1 + floor(log2 n). */
+static inline unsigned room_list_of(unsigned n) {
+    return 32u - (unsigned)__builtin_clz(n);
+}
+
+static void room_remove(hak_heap_t *h, hak_superslab_t *ss) {
+    if (ss->room_list == HAK_SS_ROOM_NONE) return;
+    if (ss->room_prev) ss->room_prev->room_next = ss->room_next;
+    else h->ss_room[ss->room_list] = ss->room_next;
+    if (ss->room_next) ss->room_next->room_prev = ss->room_prev;
+    ss->room_list = HAK_SS_ROOM_NONE;
+}
+
+static void dirty_remove(hak_heap_t *h, hak_superslab_t *ss) {
+    if (!ss->on_dirty) return;
+    if (ss->dirty_prev) ss->dirty_prev->dirty_next = ss->dirty_next;
+    else h->ss_dirty = ss->dirty_next;
+    if (ss->dirty_next) ss->dirty_next->dirty_prev = ss->dirty_prev;
+    ss->on_dirty = false;
+}
+
+/* ss's free pages or state changed: its lists follow (to their heads if
+ * `fresh`: a span was just freed in it).  An owned SuperSlab is in the
+ * dirty list while HOT with free pages still resident. */
+static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
+    unsigned state = hak_ss_state(ss), room = 0;
+    unsigned list = state == HAK_SS_DRAINING ? HAK_SS_ROOM_DRAINING
+                  : state == HAK_SS_HOT && (room = ss_room(ss)) != 0 ? room_list_of(room)
+                  : HAK_SS_ROOM_NONE;
+    if (list != ss->room_list || fresh) {
+        room_remove(h, ss);
+        if (list != HAK_SS_ROOM_NONE) {
+            ss->room_prev = NULL;
+            ss->room_next = h->ss_room[list];
+            if (ss->room_next) ss->room_next->room_prev = ss;
+            h->ss_room[list] = ss;
+            ss->room_list = (uint8_t)list;
+        }
+    }
+    bool dirty = state == HAK_SS_HOT && ss->dirty_pages != 0;
+    if (dirty != ss->on_dirty || (dirty && fresh)) {
+        dirty_remove(h, ss);
+        if (dirty) {
+            ss->dirty_prev = NULL;
+            ss->dirty_next = h->ss_dirty;
+            if (ss->dirty_next) ss->dirty_next->dirty_prev = ss;
+            h->ss_dirty = ss;
+            ss->on_dirty = true;
+        }
+    }
 }
 
 static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
     dirty_add(h, (int)__builtin_popcountll(ss->dirty_pages));
-    list_push_head(h, ss);
+    list_push(h, ss);
     h->ss_count++;
+    ss_reindex(h, ss, true);
 }
 
 static void ss_unlink(hak_heap_t *h, hak_superslab_t *ss) {
     dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages));
     list_remove(h, ss);
+    room_remove(h, ss);
+    dirty_remove(h, ss);
     h->ss_count--;
 }
 
@@ -218,74 +280,66 @@ static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, 
     return best;
 }
 
+/* The best fit found so far: the SuperSlab, where, and the run's length. */
+typedef struct { hak_superslab_t *ss; int idx; unsigned len; } span_fit_t;
+
+static inline bool fit_better(span_fit_t *best, hak_superslab_t *ss, int idx, unsigned len) {
+    if (idx < 0 || len >= best->len) return false;
+    *best = (span_fit_t){ ss, idx, len };
+    return true;
+}
+
 /* Free pages still resident are reused first (no page faults, and fewer
- * to decommit); then any free run of a HOT SuperSlab, the best fit of the
- * heap's open ones in each case (an exact fit ends each search); then a
- * DRAINING one is revived (*revived: its slabs are the caller's to put
- * back in service); then a new SuperSlab.  A heap of more than
- * SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK more once a run fits, not at
- * all of them: a heap of hundreds refilling after a free phase walked them
- * all for each slab.  A smaller heap keeps the full best fit. */
+ * to decommit): the best fit among the dirty list's SuperSlabs; then the
+ * best fit of any free run of a HOT one, from the room list of the span's
+ * length up (an exact fit ends either search); then a DRAINING one is
+ * revived (*revived: its slabs are the caller's to put back in service);
+ * then a new SuperSlab.  A heap of more than SPAN_LOOK_MIN SuperSlabs looks
+ * at SPAN_LOOK more once a run fits, not at all of them, and at most at
+ * SPAN_LOOK of a list where none does (the dirty list, the span's own room
+ * list, the DRAINING ones): it gives up a few pages' reuse, never a search
+ * of hundreds.  A smaller heap keeps the exact best fit. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool *revived) {
     *revived = false;
-    hak_superslab_t *ss = NULL, *draining = NULL;
-    int idx = -1, draining_idx = -1;
-    unsigned len, best_len = HAK_SS_PAGES + 1;
-    /* The open SuperSlabs lead the list.  Tiny spans may also take page 0
-     * of one that is not, so they walk on (they are few: a Tiny slab holds
-     * hundreds of blocks). */
-    unsigned look = h->ss_count > SPAN_LOOK_MIN ? SPAN_LOOK : UINT_MAX;
+    bool big = h->ss_count > SPAN_LOOK_MIN;
+    span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
+    unsigned len, look = big ? SPAN_LOOK : UINT_MAX, misses = look;
     if (h->dirty_count >= npages) {
-        for (hak_superslab_t *o = h->ss_list; o != NULL && (page0 || ss_open(o)); o = o->next) {
-            if (ss != NULL && look-- == 0) break;
-            if (hak_ss_state(o) != HAK_SS_HOT) continue;
+        for (hak_superslab_t *o = h->ss_dirty; o != NULL && misses != 0; o = o->dirty_next) {
+            if (best.ss != NULL && look-- == 0) break;
             int i = find_run(o->free_pages & o->dirty_pages, npages, align_pages, page0, &len);
-            if (i >= 0 && len < best_len) {
-                ss = o;
-                idx = i;
-                best_len = len;
-                if (len == npages) break;
-            }
+            if (i < 0) misses--;
+            else if (fit_better(&best, o, i, len) && len == npages) break;
         }
     }
-    if (ss == NULL) {
-        look = h->ss_count > SPAN_LOOK_MIN ? SPAN_LOOK : UINT_MAX;
-        hak_superslab_t *o = h->ss_list;
-        for (; o != NULL && (page0 || ss_open(o)); o = o->next) {
-            if (ss != NULL && look-- == 0) break;
-            if (o->free_pages == 0) continue;
+    /* Every SuperSlab past the span's own list has a run that fits it,
+     * aligned too: at least 2^k pages for a span of fewer, and an aligned
+     * span is a power of two, 2^(k-1), aligned to itself. */
+    for (unsigned l = room_list_of(npages); best.ss == NULL && l < HAK_SS_ROOM_DRAINING; l++) {
+        look = big ? SPAN_LOOK : UINT_MAX;
+        misses = look;
+        for (hak_superslab_t *o = h->ss_room[l]; o != NULL && misses != 0; o = o->room_next) {
+            if (best.ss != NULL && look-- == 0) break;
             int i = find_run(o->free_pages, npages, align_pages, page0, &len);
-            if (i < 0) continue;
-            if (hak_ss_state(o) == HAK_SS_HOT) {
-                if (len < best_len) {
-                    ss = o;
-                    idx = i;
-                    best_len = len;
-                    if (len == npages) break;
-                }
-            } else if (draining == NULL) {
-                draining = o;
-                draining_idx = i;
-            }
+            if (i < 0) misses--;
+            else if (fit_better(&best, o, i, len) && len == npages) break;
         }
-        /* no HOT room: the first DRAINING one that has it (past the open
-         * part: none is in it) */
-        for (; ss == NULL && draining == NULL && o != NULL; o = o->next) {
-            if (hak_ss_state(o) != HAK_SS_DRAINING) continue;
-            int i = find_run(o->free_pages, npages, align_pages, page0, &len);
-            if (i >= 0) {
-                draining = o;
-                draining_idx = i;
+    }
+    hak_superslab_t *ss = best.ss;
+    int idx = best.idx;
+    if (ss == NULL) {                  /* no HOT room: revive before mapping */
+        misses = big ? SPAN_LOOK : UINT_MAX;
+        for (hak_superslab_t *o = h->ss_room[HAK_SS_ROOM_DRAINING]; o != NULL && misses != 0;
+             o = o->room_next, misses--) {
+            idx = find_run(o->free_pages, npages, align_pages, page0, &len);
+            if (idx >= 0) {
+                ss = o;
+                ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
+                *revived = true;
                 break;
             }
         }
-    }
-    if (ss == NULL && draining != NULL) {      /* no HOT room: revive before mapping */
-        ss = draining;
-        idx = draining_idx;
-        ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
-        *revived = true;
     }
     if (ss == NULL) {
         ss = ss_new(h);
@@ -295,15 +349,9 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
-    if (!ss_open(ss) && ss != h->ss_tail) {        /* closed: behind the open ones */
-        list_remove(h, ss);
-        list_push_tail(h, ss);
-    } else if (ss_open(ss) && *revived) {          /* opened: ahead of the others */
-        list_remove(h, ss);
-        list_push_head(h, ss);
-    }
     dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages & want));
     ss->dirty_pages &= ~want;
+    ss_reindex(h, ss, false);
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
     __atomic_store_n(&h->slab_pages, h->slab_pages + npages, __ATOMIC_RELAXED);   /* mallinfo2 */
     hak_slab_t *s = &ss->slabs[idx];
@@ -338,7 +386,6 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
         s[i].tiny_owner = NULL;
     }
     hak_span_check_sync(s, false);     /* no live blocks here any more */
-    bool was_open = ss_open(ss);
     ss->free_pages |= bits;
     if (hak_purge_delay() == 0) {
         decommit_pages(ss, bits);
@@ -357,11 +404,7 @@ void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s) {
     if (hak_ss_state(ss) == HAK_SS_HOT && h->ss_count > 1 &&
         HAK_SS_PAGES - (unsigned)__builtin_popcountll(ss->free_pages) <= DRAIN_PAGES)
         ss_set_state(ss, HAK_SS_HOT, HAK_SS_DRAINING);
-    if (ss_open(ss) != was_open) {  /* opened, or closed as it started DRAINING */
-        list_remove(h, ss);
-        if (ss_open(ss)) list_push_head(h, ss);
-        else list_push_tail(h, ss);
-    }
+    ss_reindex(h, ss, true);
 }
 
 void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
@@ -379,6 +422,7 @@ uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now, ui
         decommit_pages(ss, due);
         ss->dirty_pages &= ~due;
         dirty_add(h, -(int)__builtin_popcountll(due));
+        if (ss->dirty_pages == 0) dirty_remove(h, ss);
     }
     return wait;
 }

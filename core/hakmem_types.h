@@ -158,6 +158,11 @@ _Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
  * by time, until a heap takes it or it is unmapped (hakmem_superslab.c). */
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
+/* A SuperSlab's room list (hak_superslab_t.room_list): none (full, or not
+ * in a heap), HOT by its longest free run r (list 1 + floor(log2 r): 1..6),
+ * or DRAINING. */
+enum { HAK_SS_ROOM_NONE = 0, HAK_SS_ROOM_DRAINING = 7, HAK_SS_ROOM_LISTS = 8 };
+
 
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 128. */
 typedef struct hak_superslab {
@@ -166,6 +171,14 @@ typedef struct hak_superslab {
     uint64_t              dirty_pages;    /* free pages not yet decommitted  */
     struct hak_heap      *owner;
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
+    /* The owner's indexes for its span search (hak_ss_span_alloc): the
+     * list of its room (room_list: HAK_SS_ROOM_NONE, by the longest free
+     * run, or DRAINING) and, while it has free pages still resident, the
+     * list of those (on_dirty). */
+    struct hak_superslab *room_next, *room_prev;
+    struct hak_superslab *dirty_next, *dirty_prev;
+    uint8_t               room_list;
+    bool                  on_dirty;
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
     uint32_t              dirty_at[HAK_SS_PAGES]; /* hak_now_ms() when a dirty
@@ -267,11 +280,15 @@ typedef struct hak_heap {
      * malloc_trim of other threads touch (hak_heap_lock, below). */
     hak_lock_t       lock;
     unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
-    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap: the
-                                      open ones (HOT, a page free past page
-                                      0) first (hak_ss_span_alloc)          */
-    hak_superslab_t *ss_tail;      /* its last                             */
+    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap       */
     unsigned         ss_count;
+    /* The span search's indexes of them (hakmem_superslab.c): HOT ones by
+     * their longest free run, 1, 2-3, 4-7 ... 32-63 pages (a Tiny span may
+     * also take page 0: one with only that free counts as 1), and the
+     * DRAINING ones; those with free pages still resident, most recently
+     * freed into first. */
+    hak_superslab_t *ss_room[HAK_SS_ROOM_LISTS];
+    hak_superslab_t *ss_dirty;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */

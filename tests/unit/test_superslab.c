@@ -1,18 +1,23 @@
 /* Unit tests: the span search of the SuperSlab backend (hakmem_superslab.c),
- * through its internal API on a heap of no thread.
+ * through its internal API on a heap of no thread.  After every step,
+ * check_index: each SuperSlab the heap owns is in the heap's list once, in
+ * the room list its state and longest free run say (none when full, 1 +
+ * floor(log2 run) when HOT, the DRAINING list), and in the dirty list
+ * exactly when HOT with free pages still resident; every link agrees.
  *
- * test_span_search_order
+ * test_span_search_tiny
  *     A heap of 40 SuperSlabs, every page in a one-page span (of the Tiny
- *     kind, which may take page 0 too).  Open: HOT, with a page free past
- *     page 0 (the only one that L2 and L2.5 spans cannot take).  A span freed
- *     in a full SuperSlab moves it ahead of the full ones (the search stops
- *     at the first full one), and the next span is
- *     taken from its page, still resident; a SuperSlab whose last free page
- *     a span takes goes to the tail.  After every step the heap's list holds
- *     every SuperSlab it owns once, the open ones first, and ss_tail is its
- *     last.  Then all but one span of each SuperSlab back: all of them
- *     DRAINING, behind the open ones; new spans (Tiny ones, which walk the
- *     whole list) revive them rather than map more SuperSlabs. */
+ *     kind, which may take page 0 too).  A span freed in a full SuperSlab
+ *     puts it at the head of the lists, and the next span is taken from its
+ *     page, still resident.  Then all but one span of each SuperSlab back:
+ *     all of them DRAINING; new spans revive them rather than map more.
+ *
+ * test_span_search_long_spans
+ *     A heap of 40 SuperSlabs filled with 1 MiB spans (16 pages aligned to
+ *     16: three a SuperSlab, pages 1-15 left free, a run too short for the
+ *     next).  A span freed in the first one (pages 32-47) makes room
+ *     there, behind 39 that have none: the next span takes it rather than map a SuperSlab;
+ *     a 5-page span takes pages 1-5 of some SuperSlab rather than map one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +26,7 @@
 
 #include "hakmem_heap.h"
 #include "hakmem_init.h"
+#include "hakmem_options.h"
 #include "hakmem_superslab.h"
 #include "box/chunk_map_box.h"
 
@@ -30,41 +36,82 @@
 
 static hak_slab_t *spans[SPANS];
 
-static void check_order(const hak_heap_t *h)
+static unsigned longest_run(const hak_superslab_t *ss)
 {
-    unsigned n = 0;
-    bool full_seen = false;
+    unsigned best = 0, run = 0;
+    for (unsigned i = 1; i < HAK_SS_PAGES; i++) {
+        run = (ss->free_pages >> i & 1) ? run + 1 : 0;
+        if (run > best) best = run;
+    }
+    return best != 0 ? best : (unsigned)(ss->free_pages & 1);
+}
+
+static unsigned expected_list(const hak_superslab_t *ss)
+{
+    if (hak_ss_state(ss) == HAK_SS_DRAINING) return HAK_SS_ROOM_DRAINING;
+    unsigned r = longest_run(ss);
+    if (hak_ss_state(ss) != HAK_SS_HOT || r == 0) return HAK_SS_ROOM_NONE;
+    unsigned l = 0;
+    while (r >> l) l++;
+    return l;
+}
+
+static void check_index(const hak_heap_t *h)
+{
+    unsigned n = 0, listed = 0, dirty = 0;
     const hak_superslab_t *last = NULL;
     for (const hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        bool open = hak_ss_state(ss) == HAK_SS_HOT && (ss->free_pages & ~(uint64_t)1) != 0;
-        if (!open) full_seen = true;
-        else if (full_seen) fail_msg("open SuperSlab %p follows one that is not", (void *)ss);
         if (ss->prev != last) fail_msg("SuperSlab %p: prev link broken", (void *)ss);
         last = ss;
         n++;
+        if (ss->room_list != expected_list(ss))
+            fail_msg("SuperSlab %p (run %u, state %u) in room list %u", (void *)ss,
+                     longest_run(ss), hak_ss_state(ss), ss->room_list);
+        listed += ss->room_list != HAK_SS_ROOM_NONE;
+        bool want_dirty = hak_ss_state(ss) == HAK_SS_HOT && ss->dirty_pages != 0;
+        if (ss->on_dirty != want_dirty) fail_msg("SuperSlab %p: dirty list %d", (void *)ss, ss->on_dirty);
+        dirty += want_dirty;
     }
-    assert_ptr_equal(h->ss_tail, last);
     assert_int_equal(n, h->ss_count);
+    for (unsigned l = 1; l < HAK_SS_ROOM_LISTS; l++) {
+        const hak_superslab_t *prev = NULL;
+        for (const hak_superslab_t *ss = h->ss_room[l]; ss != NULL; ss = ss->room_next) {
+            if (ss->room_prev != prev || ss->room_list != l || ss->owner != h)
+                fail_msg("room list %u: SuperSlab %p misplaced", l, (void *)ss);
+            prev = ss;
+            listed--;
+        }
+    }
+    assert_int_equal(listed, 0);
+    const hak_superslab_t *prev = NULL;
+    for (const hak_superslab_t *ss = h->ss_dirty; ss != NULL; ss = ss->dirty_next) {
+        if (ss->dirty_prev != prev || !ss->on_dirty || ss->owner != h)
+            fail_msg("dirty list: SuperSlab %p misplaced", (void *)ss);
+        prev = ss;
+        dirty--;
+    }
+    assert_int_equal(dirty, 0);
 }
 
-static hak_slab_t *take(hak_heap_t *h)
+static hak_slab_t *take(hak_heap_t *h, unsigned npages, unsigned align, bool tiny)
 {
     bool revived;
-    hak_slab_t *s = hak_ss_span_alloc(h, 1, 1, true, &revived);
+    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, tiny, &revived);
     assert_non_null(s);
     return s;
 }
 
-static void test_span_search_order(void **state)
+static void test_span_search_tiny(void **state)
 {
     (void)state;
     hak_ensure_init();
     hak_heap_t *h = hak_heap_new_private(0);
     assert_non_null(h);
     hak_heap_lock(h);                   /* as its owner: the purger stays out */
-    for (unsigned i = 0; i < SPANS; i++) spans[i] = take(h);
+    for (unsigned i = 0; i < SPANS; i++) spans[i] = take(h, 1, 1, true);
     assert_int_equal(h->ss_count, SS_N);
-    check_order(h);
+    check_index(h);
+    assert_null(h->ss_room[1]);                    /* all full */
 
     /* one span back in every other SuperSlab, the first one's last */
     for (int k = SS_N - 1; k >= 0; k -= 2) {
@@ -72,54 +119,98 @@ static void test_span_search_order(void **state)
         hak_superslab_t *ss = hak_ss_of(s);
         hak_ss_span_free(h, s);
         spans[k * SPANS_PER + 5] = NULL;
-        assert_ptr_equal(h->ss_list, ss);          /* ahead of the full ones */
-        hak_slab_t *again = take(h);               /* its page is next */
-        assert_ptr_equal(hak_ss_of(again), ss);
-        assert_ptr_equal(h->ss_tail, ss);          /* full again: at the tail */
+        assert_ptr_equal(h->ss_room[1], ss);       /* at the head of its lists */
+        if (hak_purge_delay() != 0) assert_ptr_equal(h->ss_dirty, ss);
+        check_index(h);
+        hak_slab_t *again = take(h, 1, 1, true);   /* its page is next */
+        assert_ptr_equal(again, s);
+        check_index(h);
         hak_ss_span_free(h, again);
-        assert_ptr_equal(h->ss_list, ss);
-        check_order(h);
+        assert_ptr_equal(h->ss_room[1], ss);
+        check_index(h);
     }
     hak_superslab_t *last_freed = hak_ss_of(spans[1 * SPANS_PER]);
-    hak_slab_t *s = take(h);
+    hak_slab_t *s = take(h, 1, 1, true);
     assert_ptr_equal(hak_ss_of(s), last_freed);    /* the page just freed */
-    assert_ptr_equal(h->ss_tail, last_freed);      /* full again: at the tail */
     spans[1 * SPANS_PER + 5] = s;
-    check_order(h);
+    check_index(h);
 
-    /* all but one span of each SuperSlab back: every one DRAINING, behind
-     * the open ones (none left) */
+    /* all but one span of each SuperSlab back: every one DRAINING */
     for (unsigned i = 0; i < SPANS; i++) {
         if (spans[i] == NULL || i % SPANS_PER == 0) continue;
         hak_ss_span_free(h, spans[i]);
         spans[i] = NULL;
-        if (i % 97 == 0) check_order(h);
+        if (i % 97 == 0) check_index(h);
     }
-    check_order(h);
+    check_index(h);
     assert_int_equal(h->ss_count, SS_N);
-    /* new spans revive DRAINING SuperSlabs, Tiny ones too (they walk the
-     * whole list), rather than map more */
+    for (const hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        assert_int_equal(hak_ss_state(ss), HAK_SS_DRAINING);
+    /* new spans revive DRAINING SuperSlabs rather than map more */
     for (unsigned k = 0; k < 2 * SPANS_PER; k++) {
         unsigned i = k * 7 % SPANS;
         while (spans[i] != NULL) i = (i + 1) % SPANS;
-        spans[i] = take(h);
+        spans[i] = take(h, 1, 1, true);
     }
     assert_int_equal(h->ss_count, SS_N);
-    check_order(h);
+    check_index(h);
 
     for (unsigned i = 0; i < SPANS; i++) {
         if (spans[i] == NULL) continue;
         hak_ss_span_free(h, spans[i]);
         spans[i] = NULL;
     }
-    check_order(h);
+    check_index(h);
+    hak_heap_unlock(h);
+}
+
+static void test_span_search_long_spans(void **state)
+{
+    (void)state;
+    hak_ensure_init();
+    hak_heap_t *h = hak_heap_new_private(0);
+    assert_non_null(h);
+    hak_heap_lock(h);
+    enum { PER = 3, N = SS_N * PER };
+    for (unsigned i = 0; i < N; i++) {
+        spans[i] = take(h, 16, 16, false);
+        assert_int_equal((unsigned)(spans[i] - hak_ss_of(spans[i])->slabs) % 16, 0);
+    }
+    assert_int_equal(h->ss_count, SS_N);
+    check_index(h);
+    for (const hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        assert_int_equal(ss->room_list, 4);        /* pages 1-15: a run of 15 */
+
+    hak_superslab_t *first = hak_ss_of(spans[0]);
+    hak_slab_t *s = spans[1];                      /* pages 32-47 of the first */
+    assert_ptr_equal(hak_ss_of(s), first);
+    hak_ss_span_free(h, s);
+    check_index(h);
+    assert_ptr_equal(h->ss_room[5], first);        /* pages 1-15 and 32-47 */
+    spans[1] = take(h, 16, 16, false);
+    assert_ptr_equal(spans[1], s);                 /* not a new SuperSlab */
+    assert_int_equal(h->ss_count, SS_N);
+    check_index(h);
+
+    hak_slab_t *five = take(h, 5, 1, false);       /* fits in any: pages 1-5 */
+    assert_int_equal(h->ss_count, SS_N);
+    assert_int_equal((unsigned)(five - hak_ss_of(five)->slabs), 1);
+    check_index(h);
+    hak_ss_span_free(h, five);
+
+    for (unsigned i = 0; i < N; i++) {
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+    }
+    check_index(h);
     hak_heap_unlock(h);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_span_search_order),
+        cmocka_unit_test(test_span_search_tiny),
+        cmocka_unit_test(test_span_search_long_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
