@@ -409,17 +409,24 @@ size_t hak_usable_size(const void *p) {
 HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     if (p == NULL) return hak_malloc(size);
     unsigned kind = hak_chunk_kind(p);
-    if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
-    if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
-    if ((kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF) && !hak_block_live(p))
-        hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
+    size_t old;
+    if (hak_likely(kind == HAK_CHUNK_SS || kind == HAK_CHUNK_PROF)) {
+        /* A block of a slab: its size from its page's descriptor (every
+         * page of a span holds the class), one lookup for the check and the
+         * size, as a buffer appended to in small steps mostly stays put. */
+        if (!hak_block_live(p)) hak_fatal("realloc(): not a live block (freed, or not a block start)", p);
+        old = hak_class_block_size[hak_page_desc_of(p)->cls];
+    } else {
+        if (kind == HAK_CHUNK_NONE) return __libc_realloc(p, size);
+        if (kind == HAK_CHUNK_DEAD) hak_fatal("realloc(): block already given back to the OS", p);
+        old = hak_usable_size(p);
+        if (old == 0) hak_fatal("realloc(): invalid pointer", p);
+    }
     if (size == 0) {                 /* glibc: realloc(p, 0) frees p */
         hak_free(p);
         return NULL;
     }
     /* Too big (> PTRDIFF_MAX): hak_large_realloc or large_alloc says ENOMEM. */
-    size_t old = hak_usable_size(p);
-    if (old == 0) hak_fatal("realloc(): invalid pointer", p);
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         bool cached;
         void *q = hak_large_realloc(p, size, &cached, hak_purge_thread_running());
