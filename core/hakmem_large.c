@@ -24,11 +24,23 @@
 
 #define LARGE_MAGIC 0x68616b4c41524745ULL
 
+/* The page sizes a range was last told to use (huge_pages): huge pages for
+ * its 2 MiB pages [lo, hi), 4 KiB pages for the rest; ADVICE_SMALL (lo ==
+ * hi is always written so): 4 KiB pages throughout, which ranges keep when
+ * they are cut or merged; ADVICE_NONE: not known (a fresh range, pieces of
+ * other advice merged or cut). */
+typedef struct { uint32_t lo, hi; } advice_t;
+#define ADVICE_NONE  ((advice_t){ UINT32_MAX, 0 })
+#define ADVICE_SMALL ((advice_t){ 0, 0 })
+
+static inline bool advice_small(advice_t a) { return a.lo == 0 && a.hi == 0; }
+
 typedef struct {
     uint64_t magic;        /* LARGE_MAGIC ^ user pointer: a live block     */
     char    *base;         /* the mapping                                  */
     size_t   len;
-    char     pad[HAK_LARGE_HDR - 24];
+    advice_t advice;       /* of [base, base + len)                        */
+    char     pad[HAK_LARGE_HDR - 32];
 } large_hdr_t;
 
 _Static_assert(sizeof(large_hdr_t) == HAK_LARGE_HDR, "large header size");
@@ -45,12 +57,13 @@ static inline large_hdr_t *hdr_of(const void *p) {
 }
 
 /* The block `off` bytes into the mapping [base, base + len), its header set. */
-static char *block_at(char *base, size_t len, size_t off) {
+static char *block_at(char *base, size_t len, size_t off, advice_t advice) {
     char *p = base + off;
     large_hdr_t *h = hdr_of(p);
     h->magic = LARGE_MAGIC ^ (uintptr_t)p;
     h->base = base;
     h->len = len;
+    h->advice = advice;
     return p;
 }
 
@@ -58,8 +71,8 @@ static char *block_at(char *base, size_t len, size_t off) {
 #define LARGE_CACHE_SLOTS 64
 #define LARGE_CACHE_BYTES ((size_t)1 << 30)
 
-typedef struct { char *base; size_t len; uint32_t at; } range_t;
-typedef struct { char *base; size_t len; } piece_t;
+typedef struct { char *base; size_t len; uint32_t at; advice_t advice; } range_t;
+typedef struct { char *base; size_t len; advice_t advice; } piece_t;
 
 static hak_lock_t cache_lock;
 static range_t cache[LARGE_CACHE_SLOTS];
@@ -86,12 +99,15 @@ static void cache_remove(unsigned i) {
     cache[i] = cache[cache_count];
 }
 
-/* Take len bytes from cached range i: its start; the rest stays. */
-static char *cache_cut(unsigned i, size_t len) {
+/* Take len bytes from cached range i: its start (*advice: what it was
+ * told, if it is the whole range); the rest stays. */
+static char *cache_cut(unsigned i, size_t len, advice_t *advice) {
     char *base = cache[i].base;
+    *advice = cache[i].advice;
     if (cache[i].len == len) {
         cache_remove(i);
     } else {
+        if (!advice_small(*advice)) *advice = cache[i].advice = ADVICE_NONE;
         cache[i].base += len;
         cache[i].len -= len;
         bytes_sub(len);
@@ -118,7 +134,8 @@ static size_t cache_take(size_t len, piece_t *pc, unsigned *n) {
         }
         unsigned i = best < cache_count ? best : big;
         size_t take = cache[i].len < need ? cache[i].len : need;
-        pc[*n] = (piece_t){ cache_cut(i, take), take };
+        pc[*n].base = cache_cut(i, take, &pc[*n].advice);
+        pc[*n].len = take;
         (*n)++;
         got += take;
     }
@@ -135,7 +152,8 @@ static bool cache_take_at(char *at, size_t len) {
     for (unsigned i = 0; i < cache_count; i++) {
         if (cache[i].base != at) continue;
         if (cache[i].len >= len) {
-            cache_cut(i, len);
+            advice_t unused;
+            cache_cut(i, len, &unused);
             ok = true;
         }
         break;
@@ -161,7 +179,7 @@ static bool cache_evict_oldest(range_t *out) {
  * (the caller knows no purger would give it back if the program now
  * idles), it goes back at once.  Returns whether it was kept, stamped for
  * the purger. */
-static bool cache_put(char *base, size_t len, bool keep) {
+static bool cache_put(char *base, size_t len, advice_t advice, bool keep) {
     if (hak_purge_delay() == 0 || len > LARGE_CACHE_BYTES || !keep) {
         release(base, len);
         return false;
@@ -174,6 +192,7 @@ static bool cache_put(char *base, size_t len, bool keep) {
         if (cache[i].base + cache[i].len == base || base + len == cache[i].base) {
             if (cache[i].base < base) base = cache[i].base;
             len += cache[i].len;
+            if (!advice_small(advice) || !advice_small(cache[i].advice)) advice = ADVICE_NONE;
             cache_remove(i);
             continue;
         }
@@ -184,7 +203,7 @@ static bool cache_put(char *base, size_t len, bool keep) {
         nout++;
     bool kept = cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES;
     if (kept) {
-        cache[cache_count] = (range_t){ base, len, now };
+        cache[cache_count] = (range_t){ base, len, now, advice };
         bytes_add(len);
         __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
     }
@@ -245,14 +264,26 @@ void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
  * pages even in a fresh range (where THP is `always`, unmarked memory gets
  * huge pages).  A smaller alignment keeps the block's first huge page: its
  * padding is less than the page.  A reused range keeps what earlier blocks
- * asked for, so its rest is set too. */
-static void huge_pages(char *p, size_t len, size_t off, size_t end, bool reused) {
+ * asked for, so its rest is set too; one already told the same (`had`) is
+ * left as it is: a program that frees and takes back 2 MiB-aligned buffers
+ * made two madvise calls a block, most of its time.  Returns what the
+ * range has now been told. */
+static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reused, advice_t had) {
     size_t lo = off & ~(LARGE_HUGE - 1);
     size_t hi = end & ~(LARGE_HUGE - 1);
     if (hi < lo) hi = lo;
+    if (!reused || hi / LARGE_HUGE >= UINT32_MAX) had = ADVICE_NONE;
+    advice_t want = hi == lo ? ADVICE_SMALL : (advice_t){ (uint32_t)(lo / LARGE_HUGE), (uint32_t)(hi / LARGE_HUGE) };
+    if (had.lo == want.lo && had.hi == want.hi) return want;
     if (hi > lo) hak_os_hugepages(p + lo, hi - lo, true);
-    if (lo > 0) hak_os_hugepages(p, lo, false);
-    if (reused && hi < len) hak_os_hugepages(p + hi, len - hi, false);
+    if (reused && hi == lo) {
+        hak_os_hugepages(p, len, false);          /* no huge page: one call */
+    } else {
+        if (lo > 0) hak_os_hugepages(p, lo, false);
+        if (reused && hi < len) hak_os_hugepages(p + hi, len - hi, false);
+    }
+    /* (a fresh range's rest keeps the kernel's default) */
+    return reused && hi / LARGE_HUGE < UINT32_MAX ? want : ADVICE_NONE;
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole
@@ -315,7 +346,6 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         if (zero && lo < hi) zero_used(nb + lo, hi - lo);
         at += pc[i].len;
     }
-    huge_pages(nb, len, off, off + size, true);
     return nb;
 }
 
@@ -332,16 +362,18 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
     size_t len = (off + (size ? size : 1) + HAK_CHUNK_SIZE - 1) & ~(HAK_CHUNK_SIZE - 1);
     size_t map_align = align > HAK_CHUNK_SIZE ? align : HAK_CHUNK_SIZE;
     char *base = NULL;
+    advice_t advice = ADVICE_NONE;
     if (map_align == HAK_CHUNK_SIZE) {
         piece_t pc[LARGE_CACHE_SLOTS];
         unsigned n;
         size_t got = cache_take(len, pc, &n);
         if (n == 1 && got == len) {
             base = pc[0].base;
-            huge_pages(base, len, off, off + size, true);
+            advice = huge_pages(base, len, off, off + size, true, pc[0].advice);
             if (zero) zero_used(base + off, size);
         } else if (n > 0) {
             base = gather(len, pc, n, off, size, zero);
+            if (base != NULL) advice = huge_pages(base, len, off, off + size, true, ADVICE_NONE);
         }
     }
     if (base == NULL) {
@@ -350,9 +382,9 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
             errno = ENOMEM;
             return NULL;
         }
-        huge_pages(base, len, off, off + size, false);
+        advice = huge_pages(base, len, off, off + size, false, ADVICE_NONE);
     }
-    return block_at(base, len, off);
+    return block_at(base, len, off, advice);
 }
 
 /* p lies in a LARGE chunk; is it the start of a live block?  Reads only
@@ -370,7 +402,7 @@ bool hak_large_free(void *p, bool keep) {
     char *base = h->base;
     size_t len = h->len;
     h->magic = 0;
-    return cache_put(base, len, keep);
+    return cache_put(base, len, h->advice, keep);
 }
 
 size_t hak_large_usable(const void *p) {
@@ -395,12 +427,14 @@ void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
     int saved = errno;
     if (new_len < len) {                       /* shrink: the tail to the cache */
         h->len = new_len;
-        *cached = cache_put(base + new_len, len - new_len, keep);
+        h->advice = ADVICE_NONE;
+        *cached = cache_put(base + new_len, len - new_len, ADVICE_NONE, keep);
         errno = saved;
         return p;
     }
     if (cache_take_at(base + len, new_len - len)) {      /* grow into a freed neighbour */
         h->len = new_len;
+        h->advice = ADVICE_NONE;
         return p;
     }
     if (hak_os_grow_in_place(base, len, new_len)) {
@@ -411,6 +445,7 @@ void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
         }
         atomic_fetch_add_explicit(&hak_large_mapped, new_len - len, memory_order_relaxed);
         h->len = new_len;
+        h->advice = ADVICE_NONE;
         errno = saved;
         return p;
     }
@@ -420,8 +455,8 @@ void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
         errno = ENOMEM;
         return NULL;
     }
-    huge_pages(nb, new_len, off, off + size, false);
+    huge_pages(nb, new_len, off, off + size, false, ADVICE_NONE);
     move_range(base, len, nb);
     errno = saved;
-    return block_at(nb, new_len, off);
+    return block_at(nb, new_len, off, ADVICE_NONE);
 }

@@ -20,6 +20,11 @@
  *       refused start leaves no purger (a large block freed then goes back
  *       at once, the program goes on), a start is tried again a second
  *       later, and after the third refusal the purge delay is 0 for good.
+ *   aligned_reuse_advises_once       a seccomp filter traps madvise (the
+ *       calls are counted and do nothing); 64 blocks aligned to 2 MiB, freed
+ *       and taken back 10 times, make at most 2 calls a block in all: a
+ *       reused range already told to use 4 KiB pages is not told again
+ *       (before: 1 or 2 calls a block each time, 640 or more).
  *   secure_exec_ignores_settings     a set-user-ID copy of this program,
  *       run by an unprivileged user (only when the tests run as root, in a
  *       directory not mounted nosuid; skipped otherwise) with HAKMEM_PROFILE
@@ -35,6 +40,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdbool.h>
@@ -48,6 +54,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -152,6 +159,51 @@ static int child_madvise_refused(void)
     size_t dirty = dirty_after_reuse(8 * MiB, 0xAB, false);
     if (dirty != 0) say("calloc with madvise refused: %zu bytes not zero\n", dirty);
     return dirty == 0 ? 0 : 1;
+}
+
+/* madvise calls trapped by the filter of child_aligned_reuse: counted,
+ * and made to return 0 without doing anything. */
+static volatile sig_atomic_t madvise_calls;
+
+static void count_madvise(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig;
+    ucontext_t *uc = ctx;
+    if (si->si_syscall == SYS_madvise) madvise_calls++;
+    uc->uc_mcontext.gregs[REG_RAX] = 0;
+}
+
+static int child_aligned_reuse(void)
+{
+    enum { N = 64, ROUNDS = 10 };
+    void *a[N];
+    for (int r = 0; r <= ROUNDS; r++) {
+        for (int i = 0; i < N; i++) {
+            if (posix_memalign(&a[i], 2 * MiB, MiB) != 0) return 1;
+            memset(a[i], 1, 4096);
+        }
+        for (int i = 0; i < N; i++) free(a[i]);
+        if (r > 0) continue;
+        /* from the first reuse on: the ranges must be kept for it */
+        hak_info_t in;
+        hak_get_info(&in);
+        if (in.large_cached == 0) {
+            say("freed large ranges are not kept here: nothing to test\n");
+            return CHILD_SKIP;
+        }
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = count_madvise;
+        sa.sa_flags = SA_SIGINFO;
+        const int nrs[] = { SYS_madvise };
+        if (sigaction(SIGSYS, &sa, NULL) != 0 || !install_filter(nrs, 1, SECCOMP_RET_TRAP))
+            return CHILD_SKIP;
+    }
+    if (madvise_calls > 2 * N) {
+        say("%d aligned blocks taken back %d times: %d madvise calls\n", N, ROUNDS, (int)madvise_calls);
+        return 1;
+    }
+    return 0;
 }
 
 /* The system calls that make a thread. */
@@ -310,6 +362,17 @@ static void test_purger_thread_refused(void **state)
     expect_pass(st, err, "a refused purger thread");
 }
 
+static void test_aligned_reuse_advises_once(void **state)
+{
+    (void)state;
+    char err[1024];
+    /* no purge while the filter traps madvise (the purger's would kill) */
+    setenv("HAKMEM_PURGE_DELAY_MS", "60000", 1);
+    int st = run_role(NULL, "aligned-reuse", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
+    unsetenv("HAKMEM_PURGE_DELAY_MS");
+    expect_pass(st, err, "aligned blocks taken back");
+}
+
 static void test_secure_exec_ignores_settings(void **state)
 {
     (void)state;
@@ -370,6 +433,7 @@ int main(int argc, char **argv)
         if (strcmp(role, "madvise-refused") == 0) return child_madvise_refused();
         if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
         if (strcmp(role, "thread-refused") == 0) return child_thread_refused();
+        if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse();
         if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
     }
     const struct CMUnitTest tests[] = {
@@ -378,6 +442,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_calloc_zero_when_madvise_refused),
         cmocka_unit_test(test_clone_killing_filter),
         cmocka_unit_test(test_purger_thread_refused),
+        cmocka_unit_test(test_aligned_reuse_advises_once),
         cmocka_unit_test(test_secure_exec_ignores_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
