@@ -415,9 +415,9 @@ static void heap_sweep_bare(hak_heap_t *h) {
     h->keep_spares = keep;
 }
 
-/* A thread that leaves where nothing settles heaps later: the blocks it
- * took from the nursery while young, freed since as remote frees (it had a
- * heap of its own by then), go back now too.  The nursery collects them
+/* A thread that leaves where nothing settles heaps later, having taken
+ * blocks from the nursery while young: those, freed since as remote frees
+ * (it had a heap of its own by then), go back now too.  The nursery collects them
  * only when a slab runs dry or the purger sweeps it, and no purger runs:
  * 1000 such threads left 8-20 MiB of the nursery's slabs resident. */
 static void nursery_settle(void) {
@@ -621,7 +621,7 @@ bool hak_heap_thread_exit(hak_heap_t *h) {
     if (h == NULL || h != hak_tls_own_heap) return false;
     heap_detach(h);          /* the caller starts the purger whatever it stamped */
     bool now = settle_now(h);
-    if (now) nursery_settle();
+    if (now && tls_young != 0) nursery_settle();
     tls_thread_done = true;
     return heap_leave(h, now);
 }

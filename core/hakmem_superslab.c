@@ -31,7 +31,8 @@
 #define DRAIN_PAGES  8
 #define SPAN_LOOK_MIN 16   /* SuperSlabs a heap has before its span search
                               looks at SPAN_LOOK more once a run fits, not
-                              at all of them                               */
+                              at all of them, and at most at SPAN_LOOK of
+                              a list where none does                       */
 #define SPAN_LOOK     8
 
 /* SuperSlabs per state, for hak_get_info (changed only on state moves). */
@@ -105,8 +106,7 @@ static void list_remove(hak_heap_t *h, hak_superslab_t *ss) {
  * into first.  A SuperSlab a span is freed in goes to the head of its
  * lists, so that the next span reuses those pages. */
 
-/* The longest free run past page 0 (1 if only page 0 is free: a Tiny span
- * may take it).  A walk of the runs, as find_run's. */
+/* The longest free run past page 0.  A walk of the runs, as find_run's. */
 static unsigned ss_room(const hak_superslab_t *ss) {
     uint64_t f = ss->free_pages & ~(uint64_t)1;
     unsigned best = 0;
@@ -117,7 +117,7 @@ static unsigned ss_room(const hak_superslab_t *ss) {
         if (len > best) best = len;
         f = start + len >= HAK_SS_PAGES ? 0 : f & (~(uint64_t)0 << (start + len));
     }
-    return best != 0 ? best : (unsigned)(ss->free_pages & 1);
+    return best;
 }
 
 /* The room list of a run of n pages (n >= 1): 1 + floor(log2 n). */
@@ -141,14 +141,25 @@ static void dirty_remove(hak_heap_t *h, hak_superslab_t *ss) {
     ss->on_dirty = false;
 }
 
+/* The room list ss belongs in. */
+static unsigned ss_room_list(const hak_superslab_t *ss) {
+    unsigned state = hak_ss_state(ss);
+    if (state == HAK_SS_DRAINING) return HAK_SS_ROOM_DRAINING;
+    if (state != HAK_SS_HOT) return HAK_SS_ROOM_NONE;
+    unsigned room = ss_room(ss);
+    if (room != 0) return room_list_of(room);
+    return (ss->free_pages & 1) ? HAK_SS_ROOM_PAGE0 : HAK_SS_ROOM_NONE;
+}
+
 /* ss's free pages or state changed: its lists follow (to their heads if
  * `fresh`: a span was just freed in it).  An owned SuperSlab is in the
- * dirty list while HOT with free pages still resident. */
+ * dirty list while HOT with free pages still resident.  (One with only
+ * page 0 free has a list of its own: in list 1 it would be a miss for
+ * every span that is not Tiny, and eight of them at its head made a big
+ * heap map SuperSlabs while pages were free further down.) */
 static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
-    unsigned state = hak_ss_state(ss), room = 0;
-    unsigned list = state == HAK_SS_DRAINING ? HAK_SS_ROOM_DRAINING
-                  : state == HAK_SS_HOT && (room = ss_room(ss)) != 0 ? room_list_of(room)
-                  : HAK_SS_ROOM_NONE;
+    unsigned state = hak_ss_state(ss);
+    unsigned list = ss_room_list(ss);
     if (list != ss->room_list || fresh) {
         room_remove(h, ss);
         if (list != HAK_SS_ROOM_NONE) {
@@ -313,9 +324,12 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
             else if (fit_better(&best, o, i, len) && len == npages) break;
         }
     }
-    /* Every SuperSlab past the span's own list has a run that fits it,
-     * aligned too: at least 2^k pages for a span of fewer, and an aligned
-     * span is a power of two, 2^(k-1), aligned to itself. */
+    /* A Tiny span fits exactly in page 0 of a SuperSlab with only that
+     * free.  Every SuperSlab past the span's own list has a run that fits
+     * it, aligned too: at least 2^k pages for a span of fewer, and an
+     * aligned span is a power of two, 2^(k-1), aligned to itself. */
+    if (best.ss == NULL && page0 && h->ss_room[HAK_SS_ROOM_PAGE0] != NULL)
+        best = (span_fit_t){ h->ss_room[HAK_SS_ROOM_PAGE0], 0, 1 };
     for (unsigned l = room_list_of(npages); best.ss == NULL && l < HAK_SS_ROOM_DRAINING; l++) {
         look = big ? SPAN_LOOK : UINT_MAX;
         misses = look;

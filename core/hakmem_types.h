@@ -159,9 +159,10 @@ _Static_assert(offsetof(hak_slab_t, tiny_owner) + sizeof(void *) <= 64,
 enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 
 /* A SuperSlab's room list (hak_superslab_t.room_list): none (full, or not
- * in a heap), HOT by its longest free run r (list 1 + floor(log2 r): 1..6),
- * or DRAINING. */
-enum { HAK_SS_ROOM_NONE = 0, HAK_SS_ROOM_DRAINING = 7, HAK_SS_ROOM_LISTS = 8 };
+ * in a heap), HOT by its longest free run r past page 0 (list 1 +
+ * floor(log2 r): 1..6), DRAINING, or HOT with only page 0 free (only Tiny
+ * spans may take it). */
+enum { HAK_SS_ROOM_NONE = 0, HAK_SS_ROOM_DRAINING = 7, HAK_SS_ROOM_PAGE0 = 8, HAK_SS_ROOM_LISTS = 9 };
 
 
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 128. */
@@ -283,10 +284,9 @@ typedef struct hak_heap {
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap       */
     unsigned         ss_count;
     /* The span search's indexes of them (hakmem_superslab.c): HOT ones by
-     * their longest free run, 1, 2-3, 4-7 ... 32-63 pages (a Tiny span may
-     * also take page 0: one with only that free counts as 1), and the
-     * DRAINING ones; those with free pages still resident, most recently
-     * freed into first. */
+     * their longest free run past page 0, 1, 2-3, 4-7 ... 32-63 pages, or
+     * with only page 0 free; the DRAINING ones; those with free pages still
+     * resident, most recently freed into first. */
     hak_superslab_t *ss_room[HAK_SS_ROOM_LISTS];
     hak_superslab_t *ss_dirty;
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */

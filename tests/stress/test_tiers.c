@@ -235,8 +235,9 @@ static void test_tiers_single(void **state)
      * up to 4 delays, the thread idle. */
     hak_info_t in;
     hak_get_info(&in);
+    unsigned step_ms = in.purge_delay_ms / 10 ? (unsigned)(in.purge_delay_ms / 10) : 1;
     for (unsigned w = 0; w < 40 && !(dmax > 0 || low < peak); w++) {
-        struct timespec ts = { 0, (long)(in.purge_delay_ms ? in.purge_delay_ms : 1) * 100000L };
+        struct timespec ts = { (time_t)(step_ms / 1000), (long)(step_ms % 1000) * 1000000L };
         nanosleep(&ts, NULL);
         sample_info();
         dmax = atomic_load(&seen_draining_max);

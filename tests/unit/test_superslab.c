@@ -2,7 +2,8 @@
  * through its internal API on a heap of no thread.  After every step,
  * check_index: each SuperSlab the heap owns is in the heap's list once, in
  * the room list its state and longest free run say (none when full, 1 +
- * floor(log2 run) when HOT, the DRAINING list), and in the dirty list
+ * floor(log2 run) when HOT, the DRAINING list, the list of those with only
+ * page 0 free), and in the dirty list
  * exactly when HOT with free pages still resident; every link agrees.
  *
  * test_span_search_tiny
@@ -17,7 +18,15 @@
  *     16: three a SuperSlab, pages 1-15 left free, a run too short for the
  *     next).  A span freed in the first one (pages 32-47) makes room
  *     there, behind 39 that have none: the next span takes it rather than map a SuperSlab;
- *     a 5-page span takes pages 1-5 of some SuperSlab rather than map one. */
+ *     a 5-page span takes pages 1-5 of some SuperSlab rather than map one.
+ *
+ * test_span_search_one_page_spans
+ *     A heap of 40 SuperSlabs, pages 1-63 of each in one-page spans of the
+ *     L2 kind (page 0 stays free: only Tiny spans take it), then a page
+ *     freed in each and given back (no dirty pages left to prefer).  40 new
+ *     one-page spans take those 40 pages and map no SuperSlab: the ones
+ *     with only page 0 free are not in their way (with them in room list 1,
+ *     the eighth span mapped one); a Tiny span then takes a page 0. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,14 +52,15 @@ static unsigned longest_run(const hak_superslab_t *ss)
         run = (ss->free_pages >> i & 1) ? run + 1 : 0;
         if (run > best) best = run;
     }
-    return best != 0 ? best : (unsigned)(ss->free_pages & 1);
+    return best;
 }
 
 static unsigned expected_list(const hak_superslab_t *ss)
 {
     if (hak_ss_state(ss) == HAK_SS_DRAINING) return HAK_SS_ROOM_DRAINING;
     unsigned r = longest_run(ss);
-    if (hak_ss_state(ss) != HAK_SS_HOT || r == 0) return HAK_SS_ROOM_NONE;
+    if (hak_ss_state(ss) != HAK_SS_HOT) return HAK_SS_ROOM_NONE;
+    if (r == 0) return (ss->free_pages & 1) ? HAK_SS_ROOM_PAGE0 : HAK_SS_ROOM_NONE;
     unsigned l = 0;
     while (r >> l) l++;
     return l;
@@ -206,11 +216,51 @@ static void test_span_search_long_spans(void **state)
     hak_heap_unlock(h);
 }
 
+static void test_span_search_one_page_spans(void **state)
+{
+    (void)state;
+    hak_ensure_init();
+    hak_heap_t *h = hak_heap_new_private(0);
+    assert_non_null(h);
+    hak_heap_lock(h);
+    enum { PER = HAK_SS_PAGES - 1, N = SS_N * PER };
+    for (unsigned i = 0; i < N; i++) spans[i] = take(h, 1, 1, false);
+    assert_int_equal(h->ss_count, SS_N);
+    check_index(h);
+    assert_non_null(h->ss_room[HAK_SS_ROOM_PAGE0]);
+    for (unsigned k = 0; k < SS_N; k++) {          /* a page of each back */
+        hak_ss_span_free(h, spans[k * PER + 7]);
+        spans[k * PER + 7] = NULL;
+    }
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        hak_ss_purge_pages(h, ss, 0, 0);           /* delay 0: all of them */
+    check_index(h);
+    assert_null(h->ss_dirty);
+    for (unsigned k = 0; k < SS_N; k++) {
+        spans[k * PER + 7] = take(h, 1, 1, false);
+        assert_int_equal(h->ss_count, SS_N);       /* no SuperSlab mapped */
+        check_index(h);
+    }
+    assert_null(h->ss_room[1]);
+    hak_slab_t *tiny = take(h, 1, 1, true);        /* a page 0 */
+    assert_int_equal((unsigned)(tiny - hak_ss_of(tiny)->slabs), 0);
+    assert_int_equal(h->ss_count, SS_N);
+    check_index(h);
+    hak_ss_span_free(h, tiny);
+    for (unsigned i = 0; i < N; i++) {
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+    }
+    check_index(h);
+    hak_heap_unlock(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_span_search_tiny),
         cmocka_unit_test(test_span_search_long_spans),
+        cmocka_unit_test(test_span_search_one_page_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
