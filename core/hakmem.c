@@ -116,6 +116,14 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
+    if (hak_unlikely(p == NULL) && hak_profile_on) {
+        /* Out of memory, with the profiler on: the blocks it sampled
+         * live in heaps of its own, whose free pages no other request
+         * takes.  This one is sampled, so it may take them (a sampled
+         * request that finds none there is served as usual: both ways). */
+        h->sample_left = -1;
+        p = hak_profile_alloc(size);
+    }
     hak_heap_shrink_check(h);
     if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
     purge_kick_due(h);
