@@ -103,6 +103,28 @@ static void check_index(const hak_heap_t *h)
     assert_int_equal(dirty, 0);
 }
 
+/* A heap of no thread, locked as its owner: the purger stays out. */
+static hak_heap_t *owned_heap(void)
+{
+    hak_ensure_init();
+    hak_heap_t *h = hak_heap_new_private(0);
+    assert_non_null(h);
+    hak_heap_lock(h);
+    return h;
+}
+
+/* Every span still held back, the index checked, the lock let go. */
+static void free_all(hak_heap_t *h)
+{
+    for (unsigned i = 0; i < SPANS; i++) {
+        if (spans[i] == NULL) continue;
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+    }
+    check_index(h);
+    hak_heap_unlock(h);
+}
+
 static hak_slab_t *take(hak_heap_t *h, unsigned npages, unsigned align, bool tiny)
 {
     bool revived;
@@ -114,10 +136,7 @@ static hak_slab_t *take(hak_heap_t *h, unsigned npages, unsigned align, bool tin
 static void test_span_search_tiny(void **state)
 {
     (void)state;
-    hak_ensure_init();
-    hak_heap_t *h = hak_heap_new_private(0);
-    assert_non_null(h);
-    hak_heap_lock(h);                   /* as its owner: the purger stays out */
+    hak_heap_t *h = owned_heap();
     for (unsigned i = 0; i < SPANS; i++) spans[i] = take(h, 1, 1, true);
     assert_int_equal(h->ss_count, SS_N);
     check_index(h);
@@ -165,22 +184,13 @@ static void test_span_search_tiny(void **state)
     assert_int_equal(h->ss_count, SS_N);
     check_index(h);
 
-    for (unsigned i = 0; i < SPANS; i++) {
-        if (spans[i] == NULL) continue;
-        hak_ss_span_free(h, spans[i]);
-        spans[i] = NULL;
-    }
-    check_index(h);
-    hak_heap_unlock(h);
+    free_all(h);
 }
 
 static void test_span_search_long_spans(void **state)
 {
     (void)state;
-    hak_ensure_init();
-    hak_heap_t *h = hak_heap_new_private(0);
-    assert_non_null(h);
-    hak_heap_lock(h);
+    hak_heap_t *h = owned_heap();
     enum { PER = 3, N = SS_N * PER };
     for (unsigned i = 0; i < N; i++) {
         spans[i] = take(h, 16, 16, false);
@@ -208,21 +218,13 @@ static void test_span_search_long_spans(void **state)
     check_index(h);
     hak_ss_span_free(h, five);
 
-    for (unsigned i = 0; i < N; i++) {
-        hak_ss_span_free(h, spans[i]);
-        spans[i] = NULL;
-    }
-    check_index(h);
-    hak_heap_unlock(h);
+    free_all(h);
 }
 
 static void test_span_search_one_page_spans(void **state)
 {
     (void)state;
-    hak_ensure_init();
-    hak_heap_t *h = hak_heap_new_private(0);
-    assert_non_null(h);
-    hak_heap_lock(h);
+    hak_heap_t *h = owned_heap();
     enum { PER = HAK_SS_PAGES - 1, N = SS_N * PER };
     for (unsigned i = 0; i < N; i++) spans[i] = take(h, 1, 1, false);
     assert_int_equal(h->ss_count, SS_N);
@@ -247,12 +249,7 @@ static void test_span_search_one_page_spans(void **state)
     assert_int_equal(h->ss_count, SS_N);
     check_index(h);
     hak_ss_span_free(h, tiny);
-    for (unsigned i = 0; i < N; i++) {
-        hak_ss_span_free(h, spans[i]);
-        spans[i] = NULL;
-    }
-    check_index(h);
-    hak_heap_unlock(h);
+    free_all(h);
 }
 
 int main(void)
