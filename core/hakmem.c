@@ -115,14 +115,18 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
     }
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
+    int saved = errno;
     void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
     if (hak_unlikely(p == NULL) && hak_profile_on) {
         /* Out of memory, with the profiler on: the blocks it sampled
          * live in heaps of its own, whose free pages no other request
          * takes.  This one is sampled, so it may take them (a sampled
-         * request that finds none there is served as usual: both ways). */
+         * request that finds none there is served as usual: both ways).
+         * It weighs in the profile as any sample, a rate's worth of bytes:
+         * the profile is that much off where memory ran out. */
         h->sample_left = -1;
         p = hak_profile_alloc(size);
+        if (p != NULL) errno = saved;      /* a success leaves errno alone */
     }
     hak_heap_shrink_check(h);
     if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);

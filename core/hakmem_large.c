@@ -275,15 +275,17 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     if (!reused || hi / LARGE_HUGE >= UINT32_MAX) had = ADVICE_NONE;
     advice_t want = hi == lo ? ADVICE_SMALL : (advice_t){ (uint32_t)(lo / LARGE_HUGE), (uint32_t)(hi / LARGE_HUGE) };
     if (had.lo == want.lo && had.hi == want.hi) return want;
-    if (hi > lo) hak_os_hugepages(p + lo, hi - lo, true);
+    bool told = true;
+    if (hi > lo) told &= hak_os_hugepages(p + lo, hi - lo, true);
     if (reused && hi == lo) {
-        hak_os_hugepages(p, len, false);          /* no huge page: one call */
+        told &= hak_os_hugepages(p, len, false);  /* no huge page: one call */
     } else {
-        if (lo > 0) hak_os_hugepages(p, lo, false);
-        if (reused && hi < len) hak_os_hugepages(p + hi, len - hi, false);
+        if (lo > 0) told &= hak_os_hugepages(p, lo, false);
+        if (reused && hi < len) told &= hak_os_hugepages(p + hi, len - hi, false);
     }
-    /* (a fresh range's rest keeps the kernel's default) */
-    return reused && hi / LARGE_HUGE < UINT32_MAX ? want : ADVICE_NONE;
+    /* (a fresh range's rest keeps the kernel's default; one the kernel
+     * refused is told again next time) */
+    return reused && told && hi / LARGE_HUGE < UINT32_MAX ? want : ADVICE_NONE;
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole
@@ -455,8 +457,9 @@ void *hak_large_realloc(void *p, size_t size, bool *cached, bool keep) {
         errno = ENOMEM;
         return NULL;
     }
-    huge_pages(nb, new_len, off, off + size, false, ADVICE_NONE);
     move_range(base, len, nb);
+    /* after the move: the moved pages bring their old range's advice */
+    advice_t advice = huge_pages(nb, new_len, off, off + size, true, ADVICE_NONE);
     errno = saved;
-    return block_at(nb, new_len, off, ADVICE_NONE);
+    return block_at(nb, new_len, off, advice);
 }

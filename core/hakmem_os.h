@@ -55,8 +55,9 @@ HAK_OS_INTERNAL void  hak_os_shrink_in_place(void *base, size_t len, size_t new_
  * unit that still cannot be moved is copied. */
 HAK_OS_INTERNAL void  hak_os_move_pages(void *from, size_t len, void *to, size_t unit);
 /* Ask for huge pages in [p, p + len) (on), or for none (off): a hint to the
- * OS, which faults in a whole huge page at once where it can. */
-HAK_OS_INTERNAL void  hak_os_hugepages(void *p, size_t len, bool on);
+ * OS, which faults in a whole huge page at once where it can.  Whether the
+ * OS took the hint. */
+HAK_OS_INTERNAL bool  hak_os_hugepages(void *p, size_t len, bool on);
 /* Whether the OS gives huge pages where hak_os_hugepages asks for them
  * (read once, then cached). */
 HAK_OS_INTERNAL bool  hak_os_hugepages_work(void);

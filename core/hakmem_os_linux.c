@@ -177,10 +177,11 @@ void hak_os_move_pages(void *from, size_t len, void *to, size_t unit) {
     errno = saved;
 }
 
-void hak_os_hugepages(void *p, size_t len, bool on) {
+bool hak_os_hugepages(void *p, size_t len, bool on) {
     int saved = errno;
-    madvise(p, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    bool ok = madvise(p, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
     errno = saved;
+    return ok;
 }
 
 /* THP's "enabled" setting names the one in force in brackets: "always" and

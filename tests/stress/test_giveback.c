@@ -206,21 +206,23 @@ static void *churn_and_exit(void *arg)
 
 static int child_settle(void)
 {
-    enum { T = 1000, STACK = 64 << 10 };
+    enum { T = 1000, STACK = 68 << 10, GUARD = 4 << 10 };
     static pthread_t t[T];
     /* The threads run on stacks of the test's own, unmapped after the
      * joins: glibc caches up to 40 MiB of exited threads' stacks, which
      * would count here as memory the allocator kept (about 9 MiB, varying
-     * with the order the threads exit in). */
+     * with the order the threads exit in).  Each has a guard page below. */
     char *stacks = mmap(NULL, (size_t)T * STACK, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (stacks == MAP_FAILED) return 1;
+    for (int i = 0; i < T; i++)
+        if (mprotect(stacks + (size_t)i * STACK, GUARD, PROT_NONE) != 0) return 1;
     if (pthread_barrier_init(&settle_bar, NULL, T) != 0) return 1;
     size_t rss0 = st_rss_bytes();
     for (int i = 0; i < T; i++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
-        pthread_attr_setstack(&attr, stacks + (size_t)i * STACK, STACK);
+        pthread_attr_setstack(&attr, stacks + (size_t)i * STACK + GUARD, STACK - GUARD);
         if (pthread_create(&t[i], &attr, churn_and_exit, (void *)(uintptr_t)i) != 0) return 1;
         pthread_attr_destroy(&attr);
     }

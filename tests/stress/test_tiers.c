@@ -232,12 +232,13 @@ static void test_tiers_single(void **state)
     /* The heap keeps empty slabs for its next refills and gives them back
      * by time: within the run a SuperSlab may not have emptied yet (1 run
      * in 20 here; more with the profiler's sampling).  Wait for the purger,
-     * up to 4 delays, the thread idle. */
+     * the thread idle: up to 4 delays, in steps of 50 ms, where the delay
+     * is at most 2 s (with a longer one no purge comes within a test). */
     hak_info_t in;
     hak_get_info(&in);
-    unsigned step_ms = in.purge_delay_ms / 10 ? (unsigned)(in.purge_delay_ms / 10) : 1;
-    for (unsigned w = 0; w < 40 && !(dmax > 0 || low < peak); w++) {
-        struct timespec ts = { (time_t)(step_ms / 1000), (long)(step_ms % 1000) * 1000000L };
+    unsigned steps = in.purge_delay_ms <= 2000 ? (unsigned)(4 * in.purge_delay_ms / 50) + 1 : 0;
+    for (unsigned w = 0; w < steps && !(dmax > 0 || low < peak); w++) {
+        struct timespec ts = { 0, 50 * 1000000L };
         nanosleep(&ts, NULL);
         sample_info();
         dmax = atomic_load(&seen_draining_max);
