@@ -25,6 +25,7 @@
 #include "hakmem_options.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 #define SS_CACHE_MAX 4     /* empty SuperSlabs kept with nothing resident */
@@ -106,16 +107,23 @@ static void list_remove(hak_heap_t *h, hak_superslab_t *ss) {
  * into first.  A SuperSlab a span is freed in goes to the head of its
  * lists, so that the next span reuses those pages. */
 
-/* The longest free run past page 0.  A walk of the runs, as find_run's. */
+/* The lowest run of set bits of *f (not 0) taken off it: its first page
+ * at *start, its length returned.  Walks of the free runs (at most 32 of
+ * them) go this way, not page by page. */
+static inline unsigned run_pop(uint64_t *f, unsigned *start) {
+    *start = (unsigned)__builtin_ctzll(*f);
+    uint64_t gaps = ~(*f >> *start);
+    unsigned len = gaps == 0 ? HAK_SS_PAGES - *start : (unsigned)__builtin_ctzll(gaps);
+    *f = *start + len >= HAK_SS_PAGES ? 0 : *f & (~(uint64_t)0 << (*start + len));
+    return len;
+}
+
+/* The longest free run past page 0. */
 static unsigned ss_room(const hak_superslab_t *ss) {
-    uint64_t f = ss->free_pages & ~(uint64_t)1;
-    unsigned best = 0;
-    while (f != 0) {
-        unsigned start = (unsigned)__builtin_ctzll(f);
-        uint64_t gaps = ~(f >> start);
-        unsigned len = gaps == 0 ? HAK_SS_PAGES - start : (unsigned)__builtin_ctzll(gaps);
+    unsigned best = 0, start;
+    for (uint64_t f = ss->free_pages & ~(uint64_t)1; f != 0;) {
+        unsigned len = run_pop(&f, &start);
         if (len > best) best = len;
-        f = start + len >= HAK_SS_PAGES ? 0 : f & (~(uint64_t)0 << (start + len));
     }
     return best;
 }
@@ -125,19 +133,38 @@ static inline unsigned room_list_of(unsigned n) {
     return 32u - (unsigned)__builtin_clz(n);
 }
 
+/* The two kinds of index list, one link each in a SuperSlab: push onto
+ * the head of *head, or take off it. */
+#define ROOM_LINK  offsetof(hak_superslab_t, room)
+#define DIRTY_LINK offsetof(hak_superslab_t, dirty)
+
+static inline hak_ss_link_t *link_of(hak_superslab_t *ss, size_t link) {
+    return (hak_ss_link_t *)((char *)ss + link);
+}
+
+static void index_push(hak_superslab_t **head, hak_superslab_t *ss, size_t link) {
+    link_of(ss, link)->prev = NULL;
+    link_of(ss, link)->next = *head;
+    if (*head != NULL) link_of(*head, link)->prev = ss;
+    *head = ss;
+}
+
+static void index_remove(hak_superslab_t **head, hak_superslab_t *ss, size_t link) {
+    hak_ss_link_t *l = link_of(ss, link);
+    if (l->prev != NULL) link_of(l->prev, link)->next = l->next;
+    else *head = l->next;
+    if (l->next != NULL) link_of(l->next, link)->prev = l->prev;
+}
+
 static void room_remove(hak_heap_t *h, hak_superslab_t *ss) {
     if (ss->room_list == HAK_SS_ROOM_NONE) return;
-    if (ss->room_prev) ss->room_prev->room_next = ss->room_next;
-    else h->ss_room[ss->room_list] = ss->room_next;
-    if (ss->room_next) ss->room_next->room_prev = ss->room_prev;
+    index_remove(&h->ss_room[ss->room_list], ss, ROOM_LINK);
     ss->room_list = HAK_SS_ROOM_NONE;
 }
 
 static void dirty_remove(hak_heap_t *h, hak_superslab_t *ss) {
     if (!ss->on_dirty) return;
-    if (ss->dirty_prev) ss->dirty_prev->dirty_next = ss->dirty_next;
-    else h->ss_dirty = ss->dirty_next;
-    if (ss->dirty_next) ss->dirty_next->dirty_prev = ss->dirty_prev;
+    index_remove(&h->ss_dirty, ss, DIRTY_LINK);
     ss->on_dirty = false;
 }
 
@@ -163,10 +190,7 @@ static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
     if (list != ss->room_list || fresh) {
         room_remove(h, ss);
         if (list != HAK_SS_ROOM_NONE) {
-            ss->room_prev = NULL;
-            ss->room_next = h->ss_room[list];
-            if (ss->room_next) ss->room_next->room_prev = ss;
-            h->ss_room[list] = ss;
+            index_push(&h->ss_room[list], ss, ROOM_LINK);
             ss->room_list = (uint8_t)list;
         }
     }
@@ -174,10 +198,7 @@ static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
     if (dirty != ss->on_dirty || (dirty && fresh)) {
         dirty_remove(h, ss);
         if (dirty) {
-            ss->dirty_prev = NULL;
-            ss->dirty_next = h->ss_dirty;
-            if (ss->dirty_next) ss->dirty_next->dirty_prev = ss;
-            h->ss_dirty = ss;
+            index_push(&h->ss_dirty, ss, DIRTY_LINK);
             ss->on_dirty = true;
         }
     }
@@ -272,20 +293,16 @@ static void ss_release(hak_heap_t *h, hak_superslab_t *ss) {
  * the runs (at most 32), not of the 64 pages. */
 static int find_run(uint64_t free_pages, unsigned npages, unsigned align_pages, bool page0,
                     unsigned *run_len) {
-    uint64_t f = page0 ? free_pages : free_pages & ~(uint64_t)1;
     int best = -1;
-    unsigned best_len = HAK_SS_PAGES + 1;
-    while (f != 0) {
-        unsigned start = (unsigned)__builtin_ctzll(f);
-        uint64_t gaps = ~(f >> start);
-        unsigned len = gaps == 0 ? HAK_SS_PAGES - start : (unsigned)__builtin_ctzll(gaps);
+    unsigned best_len = HAK_SS_PAGES + 1, start;
+    for (uint64_t f = page0 ? free_pages : free_pages & ~(uint64_t)1; f != 0;) {
+        unsigned len = run_pop(&f, &start);
         unsigned at = (start + align_pages - 1) & ~(align_pages - 1);
         if (at + npages <= start + len && len < best_len) {
             best = (int)at;
             best_len = len;
             if (len == npages) break;
         }
-        f = start + len >= HAK_SS_PAGES ? 0 : f & (~(uint64_t)0 << (start + len));
     }
     *run_len = best_len;
     return best;
@@ -317,7 +334,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
     unsigned len, look = big ? SPAN_LOOK : UINT_MAX, misses = look;
     if (h->dirty_count >= npages) {
-        for (hak_superslab_t *o = h->ss_dirty; o != NULL && misses != 0; o = o->dirty_next) {
+        for (hak_superslab_t *o = h->ss_dirty; o != NULL && misses != 0; o = o->dirty.next) {
             if (best.ss != NULL && look-- == 0) break;
             int i = find_run(o->free_pages & o->dirty_pages, npages, align_pages, page0, &len);
             if (i < 0) misses--;
@@ -333,7 +350,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     for (unsigned l = room_list_of(npages); best.ss == NULL && l < HAK_SS_ROOM_DRAINING; l++) {
         look = big ? SPAN_LOOK : UINT_MAX;
         misses = look;
-        for (hak_superslab_t *o = h->ss_room[l]; o != NULL && misses != 0; o = o->room_next) {
+        for (hak_superslab_t *o = h->ss_room[l]; o != NULL && misses != 0; o = o->room.next) {
             if (best.ss != NULL && look-- == 0) break;
             int i = find_run(o->free_pages, npages, align_pages, page0, &len);
             if (i < 0) misses--;
@@ -345,7 +362,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     if (ss == NULL) {                  /* no HOT room: revive before mapping */
         misses = big ? SPAN_LOOK : UINT_MAX;
         for (hak_superslab_t *o = h->ss_room[HAK_SS_ROOM_DRAINING]; o != NULL && misses != 0;
-             o = o->room_next, misses--) {
+             o = o->room.next, misses--) {
             idx = find_run(o->free_pages, npages, align_pages, page0, &len);
             if (idx >= 0) {
                 ss = o;

@@ -165,6 +165,9 @@ enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
 enum { HAK_SS_ROOM_NONE = 0, HAK_SS_ROOM_DRAINING = 7, HAK_SS_ROOM_PAGE0 = 8, HAK_SS_ROOM_LISTS = 9 };
 
 
+/* A SuperSlab's link in one of its owner's index lists. */
+typedef struct hak_ss_link { struct hak_superslab *next, *prev; } hak_ss_link_t;
+
 /* slabs[] comes first: a block's descriptor is then chunk base + page * 128. */
 typedef struct hak_superslab {
     hak_slab_t            slabs[HAK_SS_PAGES];
@@ -173,11 +176,10 @@ typedef struct hak_superslab {
     struct hak_heap      *owner;
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     /* The owner's indexes for its span search (hak_ss_span_alloc): the
-     * list of its room (room_list: HAK_SS_ROOM_NONE, by the longest free
-     * run, or DRAINING) and, while it has free pages still resident, the
-     * list of those (on_dirty). */
-    struct hak_superslab *room_next, *room_prev;
-    struct hak_superslab *dirty_next, *dirty_prev;
+     * list of its room (room_list: HAK_SS_ROOM_*, by its longest free run,
+     * only page 0 free, or DRAINING) and, while it has free pages still
+     * resident, the list of those (on_dirty). */
+    hak_ss_link_t         room, dirty;
     uint8_t               room_list;
     bool                  on_dirty;
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
@@ -281,7 +283,7 @@ typedef struct hak_heap {
      * malloc_trim of other threads touch (hak_heap_lock, below). */
     hak_lock_t       lock;
     unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
-    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap       */
+    hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     /* The span search's indexes of them (hakmem_superslab.c): HOT ones by
      * their longest free run past page 0, 1, 2-3, 4-7 ... 32-63 pages, or

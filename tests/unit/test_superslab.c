@@ -85,8 +85,8 @@ static void check_index(const hak_heap_t *h)
     assert_int_equal(n, h->ss_count);
     for (unsigned l = 1; l < HAK_SS_ROOM_LISTS; l++) {
         const hak_superslab_t *prev = NULL;
-        for (const hak_superslab_t *ss = h->ss_room[l]; ss != NULL; ss = ss->room_next) {
-            if (ss->room_prev != prev || ss->room_list != l || ss->owner != h)
+        for (const hak_superslab_t *ss = h->ss_room[l]; ss != NULL; ss = ss->room.next) {
+            if (ss->room.prev != prev || ss->room_list != l || ss->owner != h)
                 fail_msg("room list %u: SuperSlab %p misplaced", l, (void *)ss);
             prev = ss;
             listed--;
@@ -94,8 +94,8 @@ static void check_index(const hak_heap_t *h)
     }
     assert_int_equal(listed, 0);
     const hak_superslab_t *prev = NULL;
-    for (const hak_superslab_t *ss = h->ss_dirty; ss != NULL; ss = ss->dirty_next) {
-        if (ss->dirty_prev != prev || !ss->on_dirty || ss->owner != h)
+    for (const hak_superslab_t *ss = h->ss_dirty; ss != NULL; ss = ss->dirty.next) {
+        if (ss->dirty.prev != prev || !ss->on_dirty || ss->owner != h)
             fail_msg("dirty list: SuperSlab %p misplaced", (void *)ss);
         prev = ss;
         dirty--;
