@@ -272,9 +272,11 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     size_t lo = off & ~(LARGE_HUGE - 1);
     size_t hi = end & ~(LARGE_HUGE - 1);
     if (hi < lo) hi = lo;
-    if (!reused || hi / LARGE_HUGE >= UINT32_MAX) had = ADVICE_NONE;
+    /* (only a reused range's advice is all known; a range of more than
+     * 2^32 huge pages is not recorded) */
+    bool known = reused && hi / LARGE_HUGE < UINT32_MAX;
     advice_t want = hi == lo ? ADVICE_SMALL : (advice_t){ (uint32_t)(lo / LARGE_HUGE), (uint32_t)(hi / LARGE_HUGE) };
-    if (had.lo == want.lo && had.hi == want.hi) return want;
+    if (known && had.lo == want.lo && had.hi == want.hi) return want;
     bool told = true;
     if (hi > lo) told &= hak_os_hugepages(p + lo, hi - lo, true);
     if (reused && hi == lo) {
@@ -285,7 +287,7 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     }
     /* (a fresh range's rest keeps the kernel's default; one the kernel
      * refused is told again next time) */
-    return reused && told && hi / LARGE_HUGE < UINT32_MAX ? want : ADVICE_NONE;
+    return known && told ? want : ADVICE_NONE;
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole

@@ -26,6 +26,11 @@
  *       the first time a range is reused): a reused range already told to
  *       use 4 KiB pages is not told again (before: 1 or 2 calls a block
  *       each time, 1 280).
+ *   aligned_reuse_advice_refused     the same with every madvise refused
+ *       (EPERM, as a sandbox or locked memory may): the blocks are written
+ *       and read back whole, and a range whose advice was refused is told
+ *       again at each reuse (at least a call a block a round): nothing is
+ *       taken as told that the kernel did not take.
  *   secure_exec_ignores_settings     a set-user-ID copy of this program,
  *       run by an unprivileged user (only when the tests run as root, in a
  *       directory not mounted nosuid; skipped otherwise) with HAKMEM_PROFILE
@@ -163,27 +168,37 @@ static int child_madvise_refused(void)
 }
 
 /* madvise calls trapped by the filter of child_aligned_reuse: counted,
- * and made to return 0 without doing anything. */
+ * and made to return madvise_result (0 or -EPERM) without doing anything. */
 static volatile sig_atomic_t madvise_calls;
+static long madvise_result;
 
 static void count_madvise(int sig, siginfo_t *si, void *ctx)
 {
     (void)sig;
     ucontext_t *uc = ctx;
     if (si->si_syscall == SYS_madvise) madvise_calls++;
-    uc->uc_mcontext.gregs[REG_RAX] = 0;
+    uc->uc_mcontext.gregs[REG_RAX] = madvise_result;
 }
 
-static int child_aligned_reuse(void)
+static int child_aligned_reuse(bool refused)
 {
     enum { N = 64, ROUNDS = 10 };
     void *a[N];
+    madvise_result = refused ? -EPERM : 0;
     for (int r = 0; r <= ROUNDS; r++) {
         for (int i = 0; i < N; i++) {
             if (posix_memalign(&a[i], 2 * MiB, MiB) != 0) return 1;
-            memset(a[i], 1, 4096);
+            memset(a[i], r + 1, MiB);
         }
-        for (int i = 0; i < N; i++) free(a[i]);
+        for (int i = 0; i < N; i++) {
+            const unsigned char *b = a[i];
+            for (size_t k = 0; k < MiB; k += 4096)
+                if (b[k] != (unsigned char)(r + 1)) {
+                    say("block %d of round %d lost its bytes\n", i, r);
+                    return 1;
+                }
+            free(a[i]);
+        }
         if (r > 0) continue;
         /* from the first reuse on: the ranges must be kept for it */
         hak_info_t in;
@@ -200,8 +215,13 @@ static int child_aligned_reuse(void)
         if (sigaction(SIGSYS, &sa, NULL) != 0 || !install_filter(nrs, 1, SECCOMP_RET_TRAP))
             return CHILD_SKIP;
     }
-    if (madvise_calls > N + N / 4) {
+    if (!refused && madvise_calls > N + N / 4) {
         say("%d aligned blocks taken back %d times: %d madvise calls\n", N, ROUNDS, (int)madvise_calls);
+        return 1;
+    }
+    if (refused && madvise_calls < ROUNDS * N) {
+        say("%d aligned blocks taken back %d times with madvise refused: only %d calls (refused "
+            "advice taken as given)\n", N, ROUNDS, (int)madvise_calls);
         return 1;
     }
     return 0;
@@ -363,20 +383,31 @@ static void test_purger_thread_refused(void **state)
     expect_pass(st, err, "a refused purger thread");
 }
 
-static void test_aligned_reuse_advises_once(void **state)
+/* child_aligned_reuse as `role`: with a purger, and a delay that keeps
+ * the freed ranges cached throughout (the row's own delay is put back). */
+static void run_aligned_reuse(const char *role, const char *what)
 {
-    (void)state;
     char err[1024];
-    /* a purger, and a delay that keeps the freed ranges cached throughout
-     * (the row's own delay is put back after) */
     const char *row = getenv("HAKMEM_PURGE_DELAY_MS");
     char *had = row != NULL ? strdup(row) : NULL;
     setenv("HAKMEM_PURGE_DELAY_MS", "60000", 1);
-    int st = run_role(NULL, "aligned-reuse", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
+    int st = run_role(NULL, role, "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
     if (had != NULL) setenv("HAKMEM_PURGE_DELAY_MS", had, 1);
     else unsetenv("HAKMEM_PURGE_DELAY_MS");
     free(had);
-    expect_pass(st, err, "aligned blocks taken back");
+    expect_pass(st, err, what);
+}
+
+static void test_aligned_reuse_advises_once(void **state)
+{
+    (void)state;
+    run_aligned_reuse("aligned-reuse", "aligned blocks taken back");
+}
+
+static void test_aligned_reuse_advice_refused(void **state)
+{
+    (void)state;
+    run_aligned_reuse("aligned-refused", "aligned blocks taken back, madvise refused");
 }
 
 static void test_secure_exec_ignores_settings(void **state)
@@ -439,7 +470,8 @@ int main(int argc, char **argv)
         if (strcmp(role, "madvise-refused") == 0) return child_madvise_refused();
         if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
         if (strcmp(role, "thread-refused") == 0) return child_thread_refused();
-        if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse();
+        if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse(false);
+        if (strcmp(role, "aligned-refused") == 0) return child_aligned_reuse(true);
         if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
     }
     const struct CMUnitTest tests[] = {
@@ -449,6 +481,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_clone_killing_filter),
         cmocka_unit_test(test_purger_thread_refused),
         cmocka_unit_test(test_aligned_reuse_advises_once),
+        cmocka_unit_test(test_aligned_reuse_advice_refused),
         cmocka_unit_test(test_secure_exec_ignores_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
