@@ -322,8 +322,8 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
         if (hak_opt.stats && hak_large_valid(p))
             hak_stats_free(HAK_NUM_CLASSES, hak_large_usable(p), false);
         if (hak_unlikely(hak_profile_on)) hak_profile_large_free(p);
-        /* kept for reuse only where a purger will give it back */
-        bool cached = hak_large_free(p, hak_purge_thread_running());   /* stops on an invalid pointer */
+        /* kept for reuse only where something will give it back */
+        bool cached = hak_large_free(p, hak_purge_keeps_freed());   /* stops on an invalid pointer */
         atomic_fetch_sub_explicit(&hak_large_live, 1, memory_order_relaxed);
         if (cached) hak_purge_request();
         hak_purge_inline_check();
@@ -441,7 +441,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     /* Too big (> PTRDIFF_MAX): hak_large_realloc or large_alloc says ENOMEM. */
     if (kind == HAK_CHUNK_LARGE && size > HAK_L25_MAX) {
         bool cached;
-        void *q = hak_large_realloc(p, size, &cached, hak_purge_thread_running());
+        void *q = hak_large_realloc(p, size, &cached, hak_purge_keeps_freed());
         if (cached) hak_purge_request();
         if (hak_opt.stats && q != NULL) hak_stats_resize((int64_t)hak_large_usable(q) - (int64_t)old);
         if (hak_unlikely(hak_profile_on) && q != NULL) hak_profile_moved(p, q, size);
@@ -496,6 +496,7 @@ void hak_get_info(hak_info_t *info) {
     info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
     info->purge_delay_ms = hak_purge_delay();
+    info->purge_bound = hak_purge_no_thread() ? hak_purge_idle_bound() : 0;
 }
 
 int hak_profile_sampled(const void *p) {

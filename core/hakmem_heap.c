@@ -215,13 +215,16 @@ static bool heap_detach(hak_heap_t *h) {
     return kick;
 }
 
-/* With no delay (no purger thread for good, or HAKMEM_PURGE_DELAY_MS=0)
+/* With no delay (HAKMEM_PURGE_DELAY_MS=0) or no purger thread for good
  * nothing would come back later to settle a heap its thread leaves: it
- * gives back everything now.  Whether it did. */
+ * gives back everything now (with no purger, its spans stamped: the
+ * thread's exit kicks the bounded pass).  Whether it did. */
 static bool settle_now(hak_heap_t *h) {
-    if (hak_purge_delay() != 0) return false;
+    if (hak_purge_delay() != 0 && !hak_purge_no_thread()) return false;
     h->keep_spares = HAK_SPARES_NONE;
     heap_reclaim(h, false);
+    h->purge_pending |= HAK_PURGE_WANTED;    /* counted now, all of it: the caller kicks */
+    (void)hak_heap_kick_due(h);
     return true;
 }
 
@@ -438,22 +441,31 @@ static void nursery_settle(void) {
  * as for every heap, what has stayed free for the delay goes back (in this
  * order, so that malloc_trim gives back the slabs it retires); the empty
  * SuperSlabs that left clean go to the cache (it keeps dirty ones:
- * release_ok, hakmem_superslab.c).  Returns ms until the next stamp falls
- * due. */
-uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
+ * release_ok, hakmem_superslab.c).  The sweeps run once a delay however
+ * often passes come (with no purger, the bounded passes may come every few
+ * ms: a spare retired each time would be no spare). */
+static uint32_t shared_swept_at;
+
+void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
-    uint32_t wait = delay;
+    uint32_t swept = __atomic_load_n(&shared_swept_at, __ATOMIC_RELAXED);
+    bool sweep = sc->delay == 0 || (int32_t)(sc->now - swept) >= (int32_t)sc->delay;
+    if (sweep) __atomic_store_n(&shared_swept_at, sc->now, __ATOMIC_RELAXED);
     if (!trylock) hak_l25_lock();
     if (!trylock || hak_l25_trylock()) {
-        heap_sweep_bare(s);
-        hak_slab_shared_spares_reset();
-        wait = hak_slab_purge_heap(s, now, delay);
+        if (sweep) {
+            heap_sweep_bare(s);
+            hak_slab_shared_spares_reset();
+        }
+        hak_slab_purge_heap(s, sc);
         for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
             hak_superslab_t *next = ss->next;
             hak_ss_release_if_empty(s, ss);
             ss = next;
         }
         hak_l25_unlock();
+    } else if (sc->delay < sc->wait) {
+        sc->wait = sc->delay;      /* skipped: look again a delay later */
     }
     /* The nursery: as any thread's heap, swept as its thread would (it
      * keeps its spares and Tiny caches for the next young threads), its
@@ -461,18 +473,20 @@ uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock) {
      * sweeps it bare. */
     hak_heap_t *n = &hak_nursery_heap;
     if (!trylock) hak_lock(&n->lock);
-    else if (!hak_trylock(&n->lock)) return delay < wait ? delay : wait;
+    else if (!hak_trylock(&n->lock)) {
+        if (sc->delay < sc->wait) sc->wait = sc->delay;
+        return;
+    }
     n->lock_depth = 1;
-    if (delay == 0) {
+    if (sc->delay == 0) {
         heap_flush_rings(n);
         heap_sweep_bare(n);
-    } else {
+    } else if (sweep) {
         heap_sweep(n);
     }
-    uint32_t w = hak_slab_purge_heap(n, now, delay);
+    hak_slab_purge_heap(n, sc);
     n->lock_depth = 0;
     hak_unlock(&n->lock);
-    return w < wait ? w : wait;
 }
 
 /* Held across fork after the profiler's locks (a refill may run under them). */
@@ -542,23 +556,23 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
  * (heap_reclaim, caches too), once.  Heaps wait in the order their threads
  * left them; a reclaimed one goes to the tail.  Returns ms until the next
  * one is due. */
-uint32_t hak_heap_settle_abandoned(uint32_t now, uint32_t delay) {
+void hak_heap_settle_abandoned(hak_purge_scan_t *sc) {
     for (;;) {
         hak_lock(&heap_lock);
         if (unsettled_count == 0) {
             hak_unlock(&heap_lock);
-            return HAK_PURGE_NONE;
+            return;
         }
         hak_heap_t *b = heaps_abandoned, *prev = NULL;
         while (b != NULL && b->settled) {
             prev = b;
             b = b->next_free;
         }
-        uint32_t wait = HAK_PURGE_NONE;
-        if (b != NULL && !hak_purge_due(b->left_at, now, delay, &wait)) b = NULL;
+        /* (what it holds is its own: not counted as left) */
+        if (b != NULL && !hak_purge_due(sc, b->left_at, 0)) b = NULL;
         if (b == NULL) {
             hak_unlock(&heap_lock);
-            return wait;
+            return;
         }
         heap_unlink_abandoned_locked(b, prev);
         hak_unlock(&heap_lock);

@@ -56,7 +56,7 @@ HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
 /* The purger's pass over the shared L2.5 heap and the nursery (delay 0:
  * malloc_trim). */
-HAK_INTERNAL uint32_t hak_heap_purge_shared(uint32_t now, uint32_t delay, bool trylock);
+HAK_INTERNAL void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock);
 /* The nursery: the heap young threads share, under its lock, for their
  * first HAK_NURSERY_ALLOCS allocations of up to HAK_L2_MAX bytes while no
  * abandoned heap waits to be adopted.  NULL: the thread gets a heap of its
@@ -86,7 +86,7 @@ enum {
                                   room: says whether SuperSlabs went back) */
 };
 HAK_INTERNAL bool hak_heap_reclaim_abandoned(unsigned how);
-HAK_INTERNAL uint32_t hak_heap_settle_abandoned(uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_heap_settle_abandoned(hak_purge_scan_t *sc);
 HAK_INTERNAL void hak_heap_counts(size_t *heaps, size_t *abandoned);
 /* Sums over every heap, for mallinfo2: pages in slab spans and free pages
  * still resident (each heap's owner writes its own counts). */

@@ -82,6 +82,7 @@ static void fork_child(void) {
 static void thread_exit(void *heap) {
     hak_remote_thread_exit();
     bool last = hak_heap_thread_exit(heap);
+    hak_purge_thread_left();
     hak_purge_kick();        /* the heap settles a delay from now, if not adopted */
     if (last) hak_purge_wake();
 }

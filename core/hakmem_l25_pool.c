@@ -37,6 +37,6 @@ unsigned hak_l25_ring_cap(unsigned cls) {
 unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **chain) {
     hak_heap_t *s = hak_l25_lock();
     unsigned got = hak_class_take(s, cls, n, n, chain);
-    if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;
+    if (hak_l25_unlock()) h->purge_pending |= HAK_PURGE_WANTED;
     return got;
 }

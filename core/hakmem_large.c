@@ -140,6 +140,7 @@ static size_t cache_take(size_t len, piece_t *pc, unsigned *n) {
         got += take;
     }
     hak_unlock(&cache_lock);
+    hak_stamped_reused(got);
     return got;
 }
 
@@ -159,6 +160,7 @@ static bool cache_take_at(char *at, size_t len) {
         break;
     }
     hak_unlock(&cache_lock);
+    if (ok) hak_stamped_reused(len);
     return ok;
 }
 
@@ -203,6 +205,7 @@ static bool cache_put(char *base, size_t len, advice_t advice, bool keep) {
         nout++;
     bool kept = cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES;
     if (kept) {
+        if (hak_purge_no_thread()) atomic_fetch_add_explicit(&hak_stamped_net, len, memory_order_relaxed);
         cache[cache_count] = (range_t){ base, len, now, advice };
         bytes_add(len);
         __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);
@@ -228,12 +231,11 @@ bool hak_large_trim_cache(void) {
 }
 
 /* The purger: ranges unused for the delay go back. */
-uint32_t hak_large_purge(uint32_t now, uint32_t delay) {
-    uint32_t wait = HAK_PURGE_NONE;
-    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return wait;
+void hak_large_purge(hak_purge_scan_t *sc) {
+    if (__atomic_load_n(&cache_count, __ATOMIC_RELAXED) == 0) return;
     hak_lock(&cache_lock);
     for (unsigned i = 0; i < cache_count;) {
-        if (hak_purge_due(cache[i].at, now, delay, &wait)) {
+        if (hak_purge_due(sc, cache[i].at, cache[i].len)) {
             range_t r = cache[i];
             cache_remove(i);
             release(r.base, r.len);
@@ -242,7 +244,6 @@ uint32_t hak_large_purge(uint32_t now, uint32_t delay) {
         i++;
     }
     hak_unlock(&cache_lock);
-    return wait;
 }
 
 void hak_large_lock_all(void)   { hak_lock(&cache_lock); }

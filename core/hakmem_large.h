@@ -16,7 +16,7 @@ HAK_INTERNAL void  *hak_large_realloc(void *p, size_t size, bool *cached, bool k
 HAK_INTERNAL size_t hak_large_usable(const void *p);
 HAK_INTERNAL bool   hak_large_valid(const void *p);
 HAK_INTERNAL bool   hak_large_trim_cache(void);
-HAK_INTERNAL uint32_t hak_large_purge(uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_large_purge(hak_purge_scan_t *sc);
 HAK_INTERNAL size_t hak_large_cached_bytes(void);
 HAK_INTERNAL extern _Atomic size_t hak_large_mapped;
 HAK_INTERNAL extern _Atomic size_t hak_large_live;   /* live large blocks (mallinfo2) */

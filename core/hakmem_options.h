@@ -3,6 +3,7 @@
 #ifndef HAKMEM_OPTIONS_H
 #define HAKMEM_OPTIONS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum { HAK_LOOKUP_FLAT = 0, HAK_LOOKUP_RADIX = 1 };
@@ -30,11 +31,16 @@ typedef struct {
 
 extern hak_options_t hak_opt;
 
-/* The purge delay in effect: HAKMEM_PURGE_DELAY_MS, or 0 once the process
- * can have no purger thread (hakmem_purge.c sets it while other threads
- * read it). */
+/* HAKMEM_PURGE_DELAY_MS. */
 static inline uint32_t hak_purge_delay(void) {
     return (uint32_t)__atomic_load_n(&hak_opt.purge_delay_ms, __ATOMIC_RELAXED);
+}
+
+/* The process has no purger thread for good: HAKMEM_PURGE_THREAD=0, or
+ * what auto (a seccomp filter) or refused starts came to (hakmem_purge.c
+ * sets it while other threads read it). */
+static inline bool hak_purge_no_thread(void) {
+    return __atomic_load_n(&hak_opt.purge_thread, __ATOMIC_RELAXED) == HAK_PURGE_THREAD_OFF;
 }
 
 /* Parse the environment (once, from hak_init). */

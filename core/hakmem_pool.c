@@ -76,7 +76,10 @@ static void defer_apply(hak_heap_t *h, deferred_t *d, uint32_t now) {
     bool purge = hak_purge_delay() == 0 && hak_slab_purge_due(s, used);
     s->used -= d->n;
     if (used == 0 || (s->used & HAK_SLAB_PARKED)) hak_slab_free_slow(h, s);
-    else if (purge) hak_slab_purge(s, now, 0);
+    else if (purge) {
+        hak_purge_scan_t sc = hak_purge_scan(now, 0);
+        hak_slab_purge(s, &sc);
+    }
     d->slab = NULL;
 }
 
@@ -111,7 +114,10 @@ static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
     /* decided before the free, which may retire the slab */
     bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_PARKED) - 1);
     if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
-    if (purge) hak_slab_purge(s, now, 0);
+    if (purge) {
+        hak_purge_scan_t sc = hak_purge_scan(now, 0);
+        hak_slab_purge(s, &sc);
+    }
 }
 
 /* One block of any class straight back to its slab, as a ring flush
@@ -152,7 +158,7 @@ static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     memmove(r->slot, r->slot + n, (size_t)(r->count - n) * sizeof(void *));
     r->count -= n;
     if (!shared) hak_heap_unlock(h);
-    else if (hak_l25_unlock()) h->purge_pending += HAK_PURGE_KICK_MIN;   /* h's caller kicks */
+    else if (hak_l25_unlock()) h->purge_pending |= HAK_PURGE_WANTED;   /* h's caller kicks */
 }
 
 /* An L2 ring's chain back to its slabs, a block at a time (the blocks, all

@@ -42,15 +42,16 @@
  *
  * No purger for good (none may be made: HAKMEM_PURGE_THREAD=0, or auto
  * under a seccomp filter, which may kill the process for its clone; none
- * can be made: limits): a program that frees and then idles would run no
- * slow path to give back what it freed, so nothing waits for a delay:
- * memory goes back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0
- * (no_thread_for_good sets it), as glibc's trim does.  No purger running
- * yet or any more (it idled out): the slow paths of malloc and free run its
- * pass themselves once one is due (hak_purge_inline, one relaxed load while
- * nothing is), and a large block goes back at its free (hakmem.c tells
- * hakmem_large.c), since a program that frees and then idles runs no slow
- * path.
+ * can be made: limits): the delay stays, and the owners' slow paths run the
+ * purger's pass themselves once one is due (hak_purge_inline, one relaxed
+ * load while nothing is).  A program that frees and then idles runs no
+ * slow path, so what stays free and resident is bounded as well
+ * (purge_bounded: past HAK_IDLE_KEEP_HEAP a live heap, the oldest goes
+ * back first), and a heap whose thread leaves is settled as it leaves.
+ * No purger running yet or any more (it idled out): the slow paths run its
+ * pass as above, and a large block goes back at its free (hakmem.c asks
+ * hak_purge_keeps_freed), since a program that frees and then idles runs
+ * no slow path to start one.
  *
  * Exited threads' heaps keep their Tiny caches, an empty slab per class
  * and an empty SuperSlab, warm for the next thread; a delay after their
@@ -87,11 +88,14 @@
 static hak_lock_t purge_lock;
 static _Atomic int purger_running;
 static _Atomic int purger_wake;        /* futex word: wake up early */
-static bool purge_no_thread;           /* no purger may or can be made */
 static _Atomic int purger_idle;        /* nothing stamped: it waits for a wake */
 _Atomic int hak_purge_wanted;          /* a free found no purger: malloc starts one */
 _Atomic uint32_t hak_purge_inline_due; /* no purger: when the owners' paths run
                                           the next pass (| 1), 0 if nothing waits */
+_Atomic size_t hak_stamped_net;        /* no purger: stamped less taken back into
+                                          use, since ever (hakmem_types.h) */
+static _Atomic size_t bounded_due;     /* hak_stamped_net by which a bounded
+                                          pass may be needed */
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
  * profiler's heaps of sampled blocks (no thread; each used under a lock of
@@ -101,36 +105,36 @@ static bool heap_purged(const hak_heap_t *h, int state) {
            h->chunk_kind == HAK_CHUNK_PROF;
 }
 
-/* One pass over every heap and both caches; returns ms until the next
- * stamp falls due.  Caller holds purge_lock. */
-static uint32_t purge_pass_locked(uint32_t delay, bool trylock_heaps) {
+/* One pass over every heap and both caches: what is due goes back; sc
+ * says when the next stamp falls due and how much is left.  Caller holds
+ * purge_lock. */
+static void purge_pass_locked(hak_purge_scan_t *sc, bool trylock_heaps) {
     /* More abandoned heaps to collect: come back at once. */
-    uint32_t wait = hak_heap_reclaim_abandoned(HAK_RECLAIM_NOTIFIED) ? 0 : HAK_PURGE_NONE;
-    uint32_t now = hak_now_ms();
-    uint32_t wait_shared = hak_heap_purge_shared(now, delay, trylock_heaps);
-    if (wait_shared < wait) wait = wait_shared;
+    if (hak_heap_reclaim_abandoned(HAK_RECLAIM_NOTIFIED)) sc->wait = 0;
+    hak_heap_purge_shared(sc, trylock_heaps);
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (trylock_heaps) {
             if (!hak_trylock(&h->lock)) {
-                if (delay < wait) wait = delay;
+                if (sc->delay < sc->wait) sc->wait = sc->delay;
                 continue;
             }
         } else {
             hak_lock(&h->lock);
         }
-        uint32_t w = hak_slab_purge_heap(h, now, delay);
+        hak_slab_purge_heap(h, sc);
         hak_unlock(&h->lock);
-        if (w < wait) wait = w;
     }
-    uint32_t w = hak_heap_settle_abandoned(now, delay);
-    if (w < wait) wait = w;
-    w = hak_ss_purge_cache(now, delay);
-    if (w < wait) wait = w;
-    w = hak_large_purge(now, delay);
-    if (w < wait) wait = w;
-    return wait;
+    hak_heap_settle_abandoned(sc);
+    hak_ss_purge_cache(sc);
+    hak_large_purge(sc);
+}
+
+static uint32_t purge_pass(uint32_t delay, bool trylock_heaps) {
+    hak_purge_scan_t sc = hak_purge_scan(hak_now_ms(), delay);
+    purge_pass_locked(&sc, trylock_heaps);
+    return sc.wait;
 }
 
 /* Only the purger is left: the program's threads have all ended (its main
@@ -145,7 +149,7 @@ static bool purger_alone(void) {
 
 static uint32_t purger_pass(void) {
     hak_lock(&purge_lock);
-    uint32_t wait = purge_pass_locked(hak_purge_delay(), false);
+    uint32_t wait = purge_pass(hak_purge_delay(), false);
     hak_unlock(&purge_lock);
     return wait;
 }
@@ -232,16 +236,58 @@ static void inline_schedule(uint32_t ms) {
 }
 
 /* No purger thread, for good (none may be made, or the OS refused one
- * START_TRIES times): a program that frees and then idles would run no slow
- * path to give back what it freed, so nothing waits for a delay any more:
- * memory goes back where it is freed, as with HAKMEM_PURGE_DELAY_MS=0 (and
- * as glibc's trim does).  What was stamped before goes at the next slow
- * path.  (A thread that read the old delay as this runs may stamp after
- * that pass: what it stamped waits for malloc_trim or a later pass.) */
+ * START_TRIES times).  The owners' slow paths give back what falls due
+ * (hak_purge_inline), but a program that frees and then idles runs none:
+ * what stays free and resident is bounded too (purge_bounded). */
 static void no_thread_for_good(void) {
-    purge_no_thread = true;
-    __atomic_store_n(&hak_opt.purge_delay_ms, 0, __ATOMIC_RELAXED);
-    inline_schedule(0);
+    __atomic_store_n(&hak_opt.purge_thread, HAK_PURGE_THREAD_OFF, __ATOMIC_RELAXED);
+    inline_schedule(hak_purge_delay());
+}
+
+size_t hak_purge_idle_bound(void) {
+    size_t bound = hak_heap_active_count() * HAK_IDLE_KEEP_HEAP;
+    return bound < HAK_IDLE_KEEP_MIN ? HAK_IDLE_KEEP_MIN : bound;
+}
+
+/* With no purger for good, past HAK_IDLE_KEEP_HEAP bytes per live heap
+ * (HAK_IDLE_KEEP_MIN at least) of free memory left resident, the oldest
+ * goes back first: passes with a shorter and shorter delay until what is
+ * left fits.  So memory reused within the bound is not given back and
+ * faulted in again (every free's decommit made 2 threads replacing 64
+ * blocks of 64-256 KiB 50 times slower), and an idle program keeps at most
+ * the bound, plus a kick's worth a heap.  A pass walks every heap: it runs
+ * only once what the last one left, plus what was stamped and not taken
+ * back into use since (hak_stamped_net), may be past the bound: a program
+ * that frees and reuses as fast (a producer and a consumer) runs few. */
+static void purge_bounded(bool wait_lock) {
+    size_t net = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
+    if ((ptrdiff_t)(net - atomic_load_explicit(&bounded_due, memory_order_relaxed)) < 0) return;
+    if (wait_lock) hak_lock(&purge_lock);
+    else if (!hak_trylock(&purge_lock)) return;     /* a pass runs: the next kick looks again */
+    size_t bound = hak_purge_idle_bound();
+    size_t stamped = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
+    uint32_t delay = hak_purge_delay();
+    hak_purge_scan_t sc;
+    for (;;) {
+        sc = hak_purge_scan(hak_now_ms(), delay);
+        purge_pass_locked(&sc, true);
+        if (sc.left <= bound || delay == 0) break;
+        delay /= 4;
+    }
+    size_t room = sc.left < bound ? bound - sc.left : 0;
+    atomic_store_explicit(&bounded_due, stamped + room, memory_order_relaxed);
+    hak_unlock(&purge_lock);
+    if (sc.wait != HAK_PURGE_NONE) inline_schedule(sc.wait);
+}
+
+/* A thread with a heap exited: with no purger, the bound it made room for
+ * goes with it (its heap settled, stamped, as it left), and whether what
+ * is left still fits is seen now, waiting for a pass under way (which may
+ * have missed what this thread stamped last: no kick may come after). */
+void hak_purge_thread_left(void) {
+    if (!hak_purge_no_thread() || hak_purge_delay() == 0) return;
+    atomic_fetch_sub_explicit(&bounded_due, HAK_IDLE_KEEP_HEAP, memory_order_relaxed);
+    purge_bounded(true);
 }
 
 /* A refused thread (RLIMIT_NPROC, a cgroup's pids.max, both often
@@ -264,7 +310,8 @@ void hak_purge_kick(void) {
     if (hak_purge_delay() == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (!thread_allowed()) {
-        no_thread_for_good();
+        if (!hak_purge_no_thread()) no_thread_for_good();
+        purge_bounded(false);
         return;
     }
     if (atomic_load_explicit(&start_failures, memory_order_relaxed) != 0 &&
@@ -296,11 +343,12 @@ void hak_purge_request(void) {
         return;
     }
     inline_schedule(hak_purge_delay());
-    if (!purge_no_thread) atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
+    if (hak_purge_no_thread()) purge_bounded(false);
+    else atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
 }
 
-bool hak_purge_thread_running(void) {
-    return atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
+bool hak_purge_keeps_freed(void) {
+    return atomic_load_explicit(&purger_running, memory_order_relaxed) != 0 || hak_purge_no_thread();
 }
 
 /* From the owners' slow paths (malloc's and free's) while a pass is due
@@ -313,7 +361,7 @@ void hak_purge_inline(void) {
         return;
     }
     if (!hak_trylock(&purge_lock)) return;
-    uint32_t wait = purge_pass_locked(hak_purge_delay(), true);
+    uint32_t wait = purge_pass(hak_purge_delay(), true);
     hak_unlock(&purge_lock);
     /* A stamp scheduled meanwhile keeps its time. */
     atomic_compare_exchange_strong(&hak_purge_inline_due, &due, 0);
@@ -342,7 +390,8 @@ bool hak_purge_everything(void) {
     }
     hak_lock(&purge_lock);
     hak_heap_reclaim_abandoned(0);
-    hak_heap_purge_shared(0, 0, false);
+    hak_purge_scan_t all = hak_purge_scan(0, 0);
+    hak_heap_purge_shared(&all, false);
     bool out_of_reach = false;
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
@@ -352,7 +401,7 @@ bool hak_purge_everything(void) {
             out_of_reach = true;
         }
         hak_lock(&h->lock);
-        hak_slab_purge_heap(h, 0, 0);
+        hak_slab_purge_heap(h, &all);
         hak_unlock(&h->lock);
     }
     hak_large_trim_cache();
@@ -384,7 +433,8 @@ bool hak_make_room(void) {
      * made clean, join the cache trimmed below (a try: a refill of it may
      * be what asks). */
     uint64_t before = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
-    hak_heap_purge_shared(0, 0, true);
+    hak_purge_scan_t all = hak_purge_scan(0, 0);
+    hak_heap_purge_shared(&all, true);
     any |= atomic_load_explicit(&hak_released_bytes, memory_order_relaxed) != before;
     any |= hak_large_trim_cache();
     any |= hak_ss_trim_cache();

@@ -18,9 +18,16 @@ HAK_INTERNAL void hak_purge_kick(void);
  * (hak_purge_wanted). */
 HAK_INTERNAL void hak_purge_request(void);
 HAK_INTERNAL extern _Atomic int hak_purge_wanted;
-/* Whether a purger thread runs: a large block freed while none does goes
- * back at once (a program that frees and then idles runs no slow path). */
-HAK_INTERNAL bool hak_purge_thread_running(void);
+/* Whether a freed large block may be cached: a purger runs to give it back
+ * by time, or none ever will and the bounded passes do (hakmem_purge.c).
+ * Not while a purger is merely not started yet: a program that frees and
+ * then idles would run no slow path to start one. */
+HAK_INTERNAL bool hak_purge_keeps_freed(void);
+/* With no purger for good: the free memory kept resident at most (beyond
+ * it the oldest goes back), for the number of threads with a heap now. */
+HAK_INTERNAL size_t hak_purge_idle_bound(void);
+HAK_INTERNAL void hak_purge_thread_left(void);
+
 /* No purger runs (none may be made: HAKMEM_PURGE_THREAD, a seccomp filter,
  * limits; or none was started yet): the slow paths of malloc and free run
  * its pass themselves once one is due. */

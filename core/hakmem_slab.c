@@ -221,27 +221,28 @@ void hak_l25_block_decommit(void *p, unsigned cls) {
     if (end > first) hak_os_decommit((void *)first, end - first);
 }
 
-static uint32_t l25_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
-    uint32_t wait = HAK_PURGE_NONE;
+static void l25_purge(hak_slab_t *s, hak_purge_scan_t *sc) {
+    size_t bytes = hak_class_block_size[s->cls];
     for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
         uint64_t st = hak_block_stamp_of(b);
-        if (st == 0 || !hak_purge_due((uint32_t)(st >> 1), now, delay, &wait)) continue;
+        if (st == 0 || !hak_purge_due(sc, (uint32_t)(st >> 1), bytes)) continue;
         hak_l25_block_decommit(b, s->cls);
         hak_block_clean(b);
     }
-    return wait;
 }
 
-uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
-    if (s->tier == HAK_TIER_L25) return l25_purge(s, now, delay);
-    uint32_t wait = HAK_PURGE_NONE;
+void hak_slab_purge(hak_slab_t *s, hak_purge_scan_t *sc) {
+    if (s->tier == HAK_TIER_L25) {
+        l25_purge(s, sc);
+        return;
+    }
     uint32_t bs = hak_class_block_size[s->cls];
     char *start = slab_start(s);
     s->purge_mark = (uint16_t)slab_used(s);
     uint64_t free_bits = released_blocks(s, bs);
     for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
         uint64_t st = hak_block_stamp_of(b);
-        if (st == 0 || hak_purge_due((uint32_t)(st >> 1), now, delay, &wait))
+        if (st == 0 || hak_purge_due(sc, (uint32_t)(st >> 1), bs))
             free_bits |= (uint64_t)1 << (((char *)b - start) / bs);
     }
     uint16_t release = 0;
@@ -253,7 +254,7 @@ uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
                          : (((uint64_t)1 << (last - first + 1)) - 1)) << first;
         if ((free_bits & mask) == mask) release |= (uint16_t)(1u << k);
     }
-    if (release == 0) return wait;
+    if (release == 0) return;
     s->released |= release;
     uint64_t detached = released_blocks(s, bs);
     hak_block_t *kept = NULL, *kept_tail = NULL;
@@ -273,31 +274,24 @@ uint32_t hak_slab_purge(hak_slab_t *s, uint32_t now, uint32_t delay) {
         hak_os_decommit(start + (size_t)k * OS_PAGE, (size_t)run * OS_PAGE);
         k += run;
     }
-    return wait;
 }
 
 /* Give back what of heap h has stayed unused for the delay (delay 0: all
  * of it, malloc_trim): each SuperSlab's free pages (hak_ss_purge_pages),
  * and the free blocks of its slabs that give pages back while they live.
  * Caller holds h->lock. */
-uint32_t hak_slab_purge_heap(hak_heap_t *h, uint32_t now, uint32_t delay) {
-    uint32_t wait = HAK_PURGE_NONE;
+void hak_slab_purge_heap(hak_heap_t *h, hak_purge_scan_t *sc) {
     for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next) {
-        uint32_t w = hak_ss_purge_pages(h, ss, now, delay);
-        if (w < wait) wait = w;
+        hak_ss_purge_pages(h, ss, sc);
         uint64_t spans = ~ss->free_pages;
         while (spans != 0) {
             unsigned i = (unsigned)__builtin_ctzll(spans);
             hak_slab_t *s = &ss->slabs[i];
             unsigned n = s->npages ? s->npages : 1;
             spans &= n >= 64 ? 0 : ~((((uint64_t)1 << n) - 1) << i);
-            if (ss->page_head[i] == i && hak_slab_purgeable(s)) {
-                w = hak_slab_purge(s, now, delay);
-                if (w < wait) wait = w;
-            }
+            if (ss->page_head[i] == i && hak_slab_purgeable(s)) hak_slab_purge(s, sc);
         }
     }
-    return wait;
 }
 
 /* The slab ran dry: its detached blocks come back.  The link faults each
@@ -475,6 +469,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
     /* Tiny slabs' free lists are the owner's alone; those of the ring
      * classes the purger reads too. */
     bool locked = cls >= HAK_L2_FIRST;
+    unsigned reused = 0;
     if (locked) hak_heap_lock(h);
     if (hak_remote_notified_hint(h)) hak_slab_collect_notified(h);
     if (--h->state_countdown[cls] == 0) ss_state_check(h, cls);
@@ -490,7 +485,9 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
         if (s->free != NULL) {
             if (h->l25_shared && slab_used(s) == 0 && shared_spares[cls] != 0)
                 shared_spares[cls]--;
-            got += take_run(s, n - got, room - got, chain);
+            unsigned took = take_run(s, n - got, room - got, chain);
+            got += took;
+            if (locked) reused += took;    /* stamped when freed, most of them */
         }
         if (got >= n || got >= TAKE_ENOUGH) break;
         if (slab_carve(s, n - got)) continue;
@@ -499,6 +496,7 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
     if (locked) hak_heap_unlock(h);
+    hak_stamped_reused((size_t)reused * hak_class_block_size[cls]);
     return got;
 }
 

@@ -71,13 +71,12 @@ static void decommit_pages(hak_superslab_t *ss, uint64_t pages) {
     }
 }
 
-/* Dirty pages of ss whose delay has passed (all of them with delay 0);
- * *wait: ms until the next one falls due. */
-static uint64_t pages_due(const hak_superslab_t *ss, uint32_t now, uint32_t delay, uint32_t *wait) {
+/* Dirty pages of ss whose delay has passed (all of them with delay 0). */
+static uint64_t pages_due(const hak_superslab_t *ss, hak_purge_scan_t *sc) {
     uint64_t due = 0;
     for (uint64_t d = ss->dirty_pages; d != 0; d &= d - 1) {
         unsigned i = (unsigned)__builtin_ctzll(d);
-        if (hak_purge_due(ss->dirty_at[i], now, delay, wait)) due |= (uint64_t)1 << i;
+        if (hak_purge_due(sc, ss->dirty_at[i], HAK_PAGE_SIZE)) due |= (uint64_t)1 << i;
     }
     return due;
 }
@@ -250,7 +249,7 @@ static hak_superslab_t *ss_new(hak_heap_t *h) {
     /* The heap grew past one SuperSlab: its caller's malloc starts the
      * purger if none runs, so that the frees to come find one (they may not
      * start it).  A heap of one SuperSlab never stamps enough to need it. */
-    if (h->ss_count != 0) h->purge_pending += HAK_PURGE_KICK_MIN;
+    if (h->ss_count != 0) h->purge_pending |= HAK_PURGE_WANTED;
     atomic_store_explicit(&ss->state, HAK_SS_HOT, memory_order_relaxed);
     atomic_fetch_add_explicit(&hak_ss_count[HAK_SS_HOT], 1, memory_order_relaxed);
     ss_link(h, ss);
@@ -380,7 +379,9 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
     }
     uint64_t want = (((uint64_t)1 << npages) - 1) << idx;
     ss->free_pages &= ~want;
-    dirty_add(h, -(int)__builtin_popcountll(ss->dirty_pages & want));
+    int reused = __builtin_popcountll(ss->dirty_pages & want);
+    dirty_add(h, -reused);
+    hak_stamped_reused((size_t)reused << HAK_PAGE_SHIFT);
     ss->dirty_pages &= ~want;
     ss_reindex(h, ss, false);
     for (unsigned i = 0; i < npages; i++) ss->page_head[idx + i] = (uint8_t)idx;
@@ -446,27 +447,24 @@ void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss) {
  * for the delay (delay 0: all of them, malloc_trim); the slab layer's walk
  * (hak_slab_purge_heap) asks, and purges its slabs' free blocks.  Caller
  * holds h->lock. */
-uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now, uint32_t delay) {
-    uint32_t wait = HAK_PURGE_NONE;
-    uint64_t due = pages_due(ss, now, delay, &wait);
+void hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, hak_purge_scan_t *sc) {
+    uint64_t due = pages_due(ss, sc);
     if (due != 0) {
         decommit_pages(ss, due);
         ss->dirty_pages &= ~due;
         dirty_add(h, -(int)__builtin_popcountll(due));
         if (ss->dirty_pages == 0) dirty_remove(h, ss);
     }
-    return wait;
 }
 
 /* The same for the cached SuperSlabs; those with nothing resident left
  * beyond SS_CACHE_MAX are unmapped. */
-uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay) {
-    uint32_t wait = HAK_PURGE_NONE;
+void hak_ss_purge_cache(hak_purge_scan_t *sc) {
     hak_superslab_t *retire = NULL;
     unsigned clean = 0;
     hak_lock(&ss_cache_lock);
     for (hak_superslab_t **link = &ss_cache, *ss; (ss = *link) != NULL;) {
-        uint64_t due = pages_due(ss, now, delay, &wait);
+        uint64_t due = pages_due(ss, sc);
         if (due != 0) {
             decommit_pages(ss, due);
             ss->dirty_pages &= ~due;
@@ -487,7 +485,6 @@ uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay) {
         hak_chunk_retire_range(retire, HAK_CHUNK_SIZE);
         retire = next;
     }
-    return wait;
 }
 
 bool hak_ss_trim_cache(void) {

@@ -9,9 +9,8 @@
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
                                           bool page0, bool *revived);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
-HAK_INTERNAL uint32_t hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, uint32_t now,
-                                         uint32_t delay);
-HAK_INTERNAL uint32_t hak_ss_purge_cache(uint32_t now, uint32_t delay);
+HAK_INTERNAL void hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, hak_purge_scan_t *sc);
+HAK_INTERNAL void hak_ss_purge_cache(hak_purge_scan_t *sc);
 HAK_INTERNAL void hak_ss_release_if_empty(hak_heap_t *h, hak_superslab_t *ss);
 HAK_INTERNAL bool hak_ss_trim_cache(void);
 HAK_INTERNAL extern _Atomic size_t hak_ss_count[3];

@@ -87,6 +87,7 @@
 #define HAKMEM_TYPES_H
 
 #include "hakmem_config.h"
+#include "hakmem_options.h"
 #include "hakmem_os.h"
 
 /* ---- blocks, slabs, SuperSlabs ------------------------------------------ */
@@ -347,14 +348,28 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
 }
 
 /* The layers below reclamation only count what they stamp
- * (h->purge_pending; a heap's second and later SuperSlabs count as
- * HAK_PURGE_KICK_MIN each, so the purger runs before the memory it will
- * give back is freed); whoever called them asks this when it holds no
+ * (h->purge_pending); whoever called them asks this when it holds no
  * lock, and starts the purger (hak_purge_kick, or from free
  * hak_purge_request) if h has stamped HAK_PURGE_KICK_MIN bytes since it
- * was last asked. */
+ * was last asked, or wants it whatever it stamped (HAK_PURGE_WANTED: a
+ * heap's second and later SuperSlabs, so the purger runs before the memory
+ * it will give back is freed; the shared L2.5 heap's kick, passed on to
+ * the thread whose refill or flush it was).
+ *
+ * With no purger for good, what they stamp and what they take back into
+ * use is also summed over all heaps (hak_stamped_net: the bounded passes'
+ * trigger, hakmem_purge.c); not otherwise, as it is a shared counter. */
+#define HAK_PURGE_WANTED ((size_t)1 << 62)
+HAK_INTERNAL extern _Atomic size_t hak_stamped_net;
+static inline void hak_stamped_reused(size_t bytes) {
+    if (hak_purge_no_thread() && bytes != 0)
+        atomic_fetch_sub_explicit(&hak_stamped_net, bytes, memory_order_relaxed);
+}
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
+    if (hak_purge_no_thread())
+        atomic_fetch_add_explicit(&hak_stamped_net, h->purge_pending & ~HAK_PURGE_WANTED,
+                                  memory_order_relaxed);
     h->purge_pending = 0;
     return true;
 }
@@ -394,14 +409,30 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
            used * 2u <= s->purge_mark;
 }
 
-/* Due: stamped at `at`, unused for the delay by `now` (delay 0: trim).  A
- * purge reads `now` before it takes the locks under which owners stamp, so
- * a stamp may be a little later than `now`: that one is new, not 49 days
- * old (the uint32 difference would wrap). */
-static inline bool hak_purge_due(uint32_t at, uint32_t now, uint32_t delay, uint32_t *wait) {
-    uint32_t age = (int32_t)(now - at) < 0 ? 0 : now - at;
-    if (age >= delay) return true;
-    if (delay - age < *wait) *wait = delay - age;
+/* One purge pass over stamped memory (hakmem_purge.c): an item is due
+ * once it has stayed unused for `delay` ms by `now` (delay 0: everything,
+ * malloc_trim).  The pass learns when the next one falls due (`wait`,
+ * HAK_PURGE_NONE if none) and how many bytes stay resident, stamped but
+ * not yet due (`left`: with no purger, what an idle program would keep). */
+typedef struct {
+    uint32_t now, delay;
+    uint32_t wait;
+    size_t   left;
+} hak_purge_scan_t;
+
+static inline hak_purge_scan_t hak_purge_scan(uint32_t now, uint32_t delay) {
+    return (hak_purge_scan_t){ now, delay, HAK_PURGE_NONE, 0 };
+}
+
+/* Whether an item of `bytes` stamped at `at` is due.  A pass reads `now`
+ * before it takes the locks under which owners stamp, so a stamp may be a
+ * little later than `now`: that one is new, not 49 days old (the uint32
+ * difference would wrap). */
+static inline bool hak_purge_due(hak_purge_scan_t *sc, uint32_t at, size_t bytes) {
+    uint32_t age = (int32_t)(sc->now - at) < 0 ? 0 : sc->now - at;
+    if (age >= sc->delay) return true;
+    if (sc->delay - age < sc->wait) sc->wait = sc->delay - age;
+    sc->left += bytes;
     return false;
 }
 

@@ -165,10 +165,12 @@ TOTAL_FAIL=0
 #   PURGE_DELAY_MS=0          free memory goes back to the OS at once (as
 #                  before the delay existed): every give-back path, decommits
 #                  under remote frees, thread exit and fork, OOM's make_room
-#   PURGE_THREAD=0            no purger thread: the delay becomes 0 at
-#                  start-up, memory goes back where it is freed: tier changes,
-#                  exited heaps, fork, give-back (the purge tests assume a
-#                  purger that keeps large ranges)
+#   PURGE_THREAD=0            no purger thread: the slow paths give back
+#                  by time, and free memory kept is bounded (the bounded
+#                  passes, large blocks cached within the bound): tier
+#                  changes, exited heaps settled at exit, fork, give-back
+#                  (the purge tests assume a purger that gives back by time
+#                  while the program idles)
 #   PURGE_DELAY_MS=3600000    nothing goes back by time: the caches and
 #                  stamps only grow, so trim, OOM and exit must still work
 #   SS_LOOKUP_KIND=radix      how free() finds a chunk, with a lock and

@@ -256,11 +256,16 @@ static int child_clone_killed(void)
     for (int i = 0; i < N; i++) free(v[i]);
     for (int i = 0; i < 8; i++) free(big[i]);
     size_t freed = rss_bytes();
-    /* with no purger to give them back later, the large blocks go back at
-     * their free */
-    if (freed + 8 * 16 * MiB > full + 16 * MiB) {
-        say("under a clone-killing filter: %zu KiB resident after freeing, %zu before\n",
-            freed >> 10, full >> 10);
+    /* with no purger to give them back later, at most the bound stays */
+    hak_info_t in;
+    hak_get_info(&in);
+    if (in.purge_delay_ms != 0 && in.purge_bound == 0) {
+        say("under a clone-killing filter, and a purger may still start\n");
+        return 1;
+    }
+    if (freed + 8 * 16 * MiB > full + 16 * MiB + in.purge_bound) {
+        say("under a clone-killing filter: %zu KiB resident after freeing, %zu before "
+            "(bound %zu KiB)\n", freed >> 10, full >> 10, in.purge_bound >> 10);
         return 1;
     }
     return 0;
@@ -270,7 +275,8 @@ static int child_thread_refused(void)
 {
     hak_info_t in;
     hak_get_info(&in);
-    if (in.purge_delay_ms == 0) return 0;     /* the row gives back at once: no purger asked for */
+    /* the row gives back at once, or has no purger from the start */
+    if (in.purge_delay_ms == 0 || in.purge_bound != 0) return 0;
     if (!install_filter(clone_calls, CLONE_CALLS, SECCOMP_RET_ERRNO | EAGAIN))
         return CHILD_SKIP;
     for (int attempt = 1; attempt <= 3; attempt++) {
@@ -280,18 +286,28 @@ static int child_thread_refused(void)
         memset(p, 1, 8 * MiB);
         free(p);
         hak_get_info(&in);
-        if (in.large_cached != 0) {
-            say("attempt %d: a large block freed with no purger was kept (%zu bytes)\n", attempt,
-                in.large_cached);
+        if (attempt < 3 && in.large_cached != 0) {
+            say("attempt %d: a large block freed while a purger may still start was kept "
+                "(%zu bytes)\n", attempt, in.large_cached);
             return 1;
         }
-        if (attempt < 3 && in.purge_delay_ms == 0) {
-            say("attempt %d: one refused thread made the delay 0 for good\n", attempt);
+        if (attempt < 3 && in.purge_bound != 0) {
+            say("attempt %d: one refused thread was taken as no purger for good\n", attempt);
             return 1;
         }
     }
-    if (in.purge_delay_ms != 0) {
-        say("three refused threads, and the delay is still %zu ms\n", in.purge_delay_ms);
+    /* No purger for good now: free memory is kept, up to a bound. */
+    if (in.purge_bound == 0) {
+        say("three refused threads, and no bound on what is kept\n");
+        return 1;
+    }
+    if (in.large_cached > in.purge_bound) {
+        say("no purger: %zu bytes of large blocks kept, past the bound of %zu\n",
+            in.large_cached, in.purge_bound);
+        return 1;
+    }
+    if (in.purge_delay_ms == 0) {
+        say("no purger: the delay became 0\n");
         return 1;
     }
     for (int i = 0; i < 10000; i++) free(malloc((size_t)i % 3000 + 1));

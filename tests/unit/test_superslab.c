@@ -234,8 +234,25 @@ static void test_span_search_one_page_spans(void **state)
         hak_ss_span_free(h, spans[k * PER + 7]);
         spans[k * PER + 7] = NULL;
     }
+    /* A pass with a delay not yet run out gives nothing back and counts
+     * them as left, and says when the first falls due. */
+    size_t dirty = 0;
     for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
-        hak_ss_purge_pages(h, ss, 0, 0);           /* delay 0: all of them */
+        dirty += (size_t)__builtin_popcountll(ss->dirty_pages);
+    if (hak_purge_delay() != 0) {                  /* delay 0: gone at their free */
+        assert_true(dirty >= SS_N);
+        hak_purge_scan_t wait = hak_purge_scan(hak_now_ms(), 60000);
+        for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+            hak_ss_purge_pages(h, ss, &wait);
+        assert_int_equal(wait.left, dirty * HAK_PAGE_SIZE);
+        assert_true(wait.wait > 50000 && wait.wait <= 60000);
+        assert_non_null(h->ss_dirty);
+    }
+    hak_purge_scan_t all = hak_purge_scan(hak_now_ms(), 0);
+    for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
+        hak_ss_purge_pages(h, ss, &all);           /* delay 0: all of them */
+    assert_int_equal(all.left, 0);
+    assert_int_equal(all.wait, HAK_PURGE_NONE);
     check_index(h);
     assert_null(h->ss_dirty);
     for (unsigned k = 0; k < SS_N; k++) {
