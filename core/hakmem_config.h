@@ -105,7 +105,7 @@ enum { HAK_CHUNK_NONE = 0, HAK_CHUNK_SS = 1, HAK_CHUNK_LARGE = 2, HAK_CHUNK_DEAD
  * (an idle program runs no pass to give it back by time): this much per
  * live thread's heap, and at least HAK_IDLE_KEEP_MIN (hakmem_purge.c). */
 #define HAK_IDLE_KEEP_HEAP ((size_t)4 << 20)
-#define HAK_IDLE_KEEP_MIN  ((size_t)32 << 20)
+#define HAK_IDLE_KEEP_MIN  ((size_t)16 << 20)
 /* A new thread's first allocations (Tiny and L2 sizes) come from the
  * nursery heap all young threads share (hakmem_heap.c): this many. */
 #define HAK_NURSERY_ALLOCS 64

@@ -441,16 +441,12 @@ static void nursery_settle(void) {
  * as for every heap, what has stayed free for the delay goes back (in this
  * order, so that malloc_trim gives back the slabs it retires); the empty
  * SuperSlabs that left clean go to the cache (it keeps dirty ones:
- * release_ok, hakmem_superslab.c).  The sweeps run once a delay however
- * often passes come (with no purger, the bounded passes may come every few
- * ms: a spare retired each time would be no spare). */
-static uint32_t shared_swept_at;
-
+ * release_ok, hakmem_superslab.c).  The sweeps are the timed passes' only
+ * (sc->sweep): with no purger the bounded passes may come every few ms,
+ * and a spare retired each time would be no spare. */
 void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
-    uint32_t swept = __atomic_load_n(&shared_swept_at, __ATOMIC_RELAXED);
-    bool sweep = sc->delay == 0 || (int32_t)(sc->now - swept) >= (int32_t)sc->delay;
-    if (sweep) __atomic_store_n(&shared_swept_at, sc->now, __ATOMIC_RELAXED);
+    bool sweep = sc->sweep || sc->delay == 0;
     if (!trylock) hak_l25_lock();
     if (!trylock || hak_l25_trylock()) {
         if (sweep) {

@@ -94,6 +94,8 @@ _Atomic uint32_t hak_purge_inline_due; /* no purger: when the owners' paths run
                                           the next pass (| 1), 0 if nothing waits */
 _Atomic size_t hak_stamped_net;        /* no purger: stamped less taken back into
                                           use, since ever (hakmem_types.h) */
+_Atomic size_t hak_stamped_floor;      /* ... at which nothing the last bounded
+                                          pass left would be free */
 static _Atomic size_t bounded_due;     /* hak_stamped_net by which a bounded
                                           pass may be needed */
 
@@ -270,11 +272,17 @@ static void purge_bounded(bool wait_lock) {
     hak_purge_scan_t sc;
     for (;;) {
         sc = hak_purge_scan(hak_now_ms(), delay);
+        sc.sweep = false;
         purge_pass_locked(&sc, true);
         if (sc.left <= bound || delay == 0) break;
         delay /= 4;
     }
     size_t room = sc.left < bound ? bound - sc.left : 0;
+    /* Reuse is counted at once, stamps by the kick (a heap's up to
+     * HAK_PURGE_KICK_MIN, the shared heap's too): the estimate may run
+     * that far below zero before it is wrong. */
+    size_t slack = (hak_heap_active_count() + 1) * HAK_PURGE_KICK_MIN;
+    atomic_store_explicit(&hak_stamped_floor, stamped - sc.left - slack, memory_order_relaxed);
     atomic_store_explicit(&bounded_due, stamped + room, memory_order_relaxed);
     hak_unlock(&purge_lock);
     if (sc.wait != HAK_PURGE_NONE) inline_schedule(sc.wait);
@@ -311,6 +319,7 @@ void hak_purge_kick(void) {
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (!thread_allowed()) {
         if (!hak_purge_no_thread()) no_thread_for_good();
+        inline_schedule(hak_purge_delay());
         purge_bounded(false);
         return;
     }

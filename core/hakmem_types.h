@@ -358,12 +358,25 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
  *
  * With no purger for good, what they stamp and what they take back into
  * use is also summed over all heaps (hak_stamped_net: the bounded passes'
- * trigger, hakmem_purge.c); not otherwise, as it is a shared counter. */
+ * trigger, hakmem_purge.c); not otherwise, as it is a shared counter.  It
+ * never goes below hak_stamped_floor, where the free memory the last
+ * bounded pass left would all be in use again, and the stamps not yet
+ * counted (a kick's worth a heap) too: what is taken is counted by the
+ * block or page, some of it never stamped (an L2.5 block a pass gave
+ * back), and an estimate that ran far below zero would let later frees
+ * pile up past the bound unseen. */
 #define HAK_PURGE_WANTED ((size_t)1 << 62)
-HAK_INTERNAL extern _Atomic size_t hak_stamped_net;
+HAK_INTERNAL extern _Atomic size_t hak_stamped_net, hak_stamped_floor;
 static inline void hak_stamped_reused(size_t bytes) {
-    if (hak_purge_no_thread() && bytes != 0)
-        atomic_fetch_sub_explicit(&hak_stamped_net, bytes, memory_order_relaxed);
+    if (!hak_purge_no_thread() || bytes == 0) return;
+    size_t floor = atomic_load_explicit(&hak_stamped_floor, memory_order_relaxed);
+    size_t cur = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed), next;
+    do {
+        ptrdiff_t room = (ptrdiff_t)(cur - floor);
+        if (room <= 0) return;
+        next = cur - ((size_t)room < bytes ? (size_t)room : bytes);
+    } while (!atomic_compare_exchange_weak_explicit(&hak_stamped_net, &cur, next,
+                                                    memory_order_relaxed, memory_order_relaxed));
 }
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
@@ -418,10 +431,11 @@ typedef struct {
     uint32_t now, delay;
     uint32_t wait;
     size_t   left;
+    bool     sweep;    /* the shared heaps swept too (not in bounded passes) */
 } hak_purge_scan_t;
 
 static inline hak_purge_scan_t hak_purge_scan(uint32_t now, uint32_t delay) {
-    return (hak_purge_scan_t){ now, delay, HAK_PURGE_NONE, 0 };
+    return (hak_purge_scan_t){ now, delay, HAK_PURGE_NONE, 0, true };
 }
 
 /* Whether an item of `bytes` stamped at `at` is due.  A pass reads `now`

@@ -13,13 +13,19 @@
  *   clone_killing_filter             under a seccomp filter that kills the
  *       process on clone/clone3, a program that allocates and frees in every
  *       tier, large blocks included, exits 0 (no purger thread is made), and
- *       its 8 large blocks of 16 MiB went back at their free (no purger
- *       would give them back later).
+ *       of its 8 large blocks of 16 MiB no more than the bound stays (no
+ *       purger would give them back later).
  *   purger_thread_refused            a seccomp filter makes clone fail
  *       (EAGAIN) and HAKMEM_PURGE_THREAD=1 asks for a purger anyway: each
  *       refused start leaves no purger (a large block freed then goes back
  *       at once, the program goes on), a start is tried again a second
- *       later, and after the third refusal the purge delay is 0 for good.
+ *       later, and after the third refusal there is no purger for good:
+ *       freed memory is kept, up to a bound (hak_info_t.purge_bound).
+ *   no_purger_bounded                with HAKMEM_PURGE_THREAD=0, 4000
+ *       replacements of 64-256 KiB blocks give nothing back (a delay of 0
+ *       gave back each one), and a program that frees half of 250 MiB of
+ *       100 KB blocks keeps no more than the live half, a page per freed
+ *       block and the bound, with no pass after its last free.
  *   aligned_reuse_advises_once       a seccomp filter traps madvise (the
  *       calls are counted and do nothing); 64 blocks aligned to 2 MiB, freed
  *       and taken back 10 times, make at most 80 calls in all (one a block
@@ -45,6 +51,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <malloc.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -314,6 +321,70 @@ static int child_thread_refused(void)
     return 0;
 }
 
+/* With no purger thread (HAKMEM_PURGE_THREAD=0): memory freed and taken
+ * again soon is not given back and faulted in again, and what a program
+ * frees and then idles on is bounded, with no pass run after the frees. */
+static int child_no_purger(void)
+{
+    hak_info_t in;
+    hak_get_info(&in);
+    if (in.purge_delay_ms == 0) return 0;        /* the row gives back at once */
+    if (in.purge_bound == 0) {
+        say("HAKMEM_PURGE_THREAD=0, and no bound on what is kept\n");
+        return 1;
+    }
+    /* First (a fresh heap): 250 MiB of 100 KB blocks written, every other
+     * one freed, nothing after: what stays is the live half, the first
+     * page of each freed block (its link) and the bound.  (The refills
+     * that made the blocks were once counted as reuse of freed memory, and
+     * the frees then never reached a bounded pass: all 250 MiB stayed.) */
+    enum { N = 2560, LEN = 100000 };
+    static void *b[N];
+    size_t rss0 = rss_bytes();
+    for (int i = 0; i < N; i++) {
+        b[i] = malloc(LEN);
+        if (b[i] == NULL) return 1;
+        memset(b[i], 4, LEN);
+    }
+    for (int i = 0; i < N; i += 2) free(b[i]);
+    size_t rss = rss_bytes();
+    hak_get_info(&in);
+    size_t allowed = (size_t)N / 2 * LEN + (size_t)N / 2 * 4096 + in.purge_bound + 16 * MiB;
+    if (rss > rss0 + allowed) {
+        say("no purger: %zu KiB more resident with half of %d blocks of %d B freed "
+            "(allowed %zu KiB: the live half, a page of each freed block, the bound)\n",
+            (rss - rss0) >> 10, N, LEN, allowed >> 10);
+        return 1;
+    }
+    for (int i = 1; i < N; i += 2) free(b[i]);
+    malloc_trim(0);              /* nothing of it left for the count below */
+    /* 32 blocks of 64-256 KiB replaced 4000 times, every byte written:
+     * within the bound, so nothing goes back (a delay of 0 gave back each
+     * one at its free: about 4000 decommits). */
+    enum { SLOTS = 32, ROUNDS = 4000 };
+    static void *v[SLOTS];
+    unsigned seed = 1;
+    hak_get_info(&in);
+    size_t before = in.decommits;
+    for (int i = 0; i < ROUNDS; i++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned k = (seed >> 8) % SLOTS;
+        free(v[k]);
+        size_t len = 65536 + (seed >> 4) % 196609;
+        v[k] = malloc(len);
+        if (v[k] == NULL) return 1;
+        memset(v[k], 3, len);
+    }
+    for (int k = 0; k < SLOTS; k++) free(v[k]);
+    hak_get_info(&in);
+    if (in.decommits - before > ROUNDS / 20) {
+        say("no purger: %zu decommits in %d replacements of 64-256 KiB blocks\n",
+            in.decommits - before, ROUNDS);
+        return 1;
+    }
+    return 0;
+}
+
 static int child_secure(const char *path)
 {
     if (getauxval(AT_SECURE) == 0) return CHILD_SKIP;   /* a nosuid mount */
@@ -414,6 +485,14 @@ static void run_aligned_reuse(const char *role, const char *what)
     expect_pass(st, err, what);
 }
 
+static void test_no_purger_bounded(void **state)
+{
+    (void)state;
+    char err[1024];
+    int st = run_role(NULL, "no-purger", "", "HAKMEM_PURGE_THREAD", "0", -1, err, sizeof err);
+    expect_pass(st, err, "no purger thread");
+}
+
 static void test_aligned_reuse_advises_once(void **state)
 {
     (void)state;
@@ -486,6 +565,7 @@ int main(int argc, char **argv)
         if (strcmp(role, "madvise-refused") == 0) return child_madvise_refused();
         if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
         if (strcmp(role, "thread-refused") == 0) return child_thread_refused();
+        if (strcmp(role, "no-purger") == 0) return child_no_purger();
         if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse(false);
         if (strcmp(role, "aligned-refused") == 0) return child_aligned_reuse(true);
         if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
@@ -496,6 +576,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_calloc_zero_when_madvise_refused),
         cmocka_unit_test(test_clone_killing_filter),
         cmocka_unit_test(test_purger_thread_refused),
+        cmocka_unit_test(test_no_purger_bounded),
         cmocka_unit_test(test_aligned_reuse_advises_once),
         cmocka_unit_test(test_aligned_reuse_advice_refused),
         cmocka_unit_test(test_secure_exec_ignores_settings),
