@@ -496,8 +496,9 @@ void hak_get_info(hak_info_t *info) {
     info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
     info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
     info->purge_delay_ms = hak_purge_delay();
-    info->purge_bound = hak_purge_no_thread() ? hak_purge_idle_bound() : 0;
 }
+
+size_t hak_purge_bound(void) { return hak_purge_no_thread() ? hak_purge_idle_bound() : 0; }
 
 int hak_profile_sampled(const void *p) {
     unsigned kind = hak_chunk_kind(p);

@@ -67,20 +67,21 @@ HAK_API int        hak_class_count(void);
  * (abandoned: their thread exited, waiting for a new one), and what has
  * gone back to the OS so far: bytes, and calls (madvise(MADV_DONTNEED) or
  * munmap of memory hakmem had used; memory reused within the purge delay
- * never adds to them), the purge delay in effect, and with no purger
- * thread for good (HAKMEM_PURGE_THREAD=0, a seccomp filter, refused
- * starts) the most free memory kept resident meanwhile. */
+ * never adds to them), and the purge delay in effect. */
 typedef struct {
     size_t ss_hot, ss_draining, ss_free;
     size_t large_mapped, large_cached;
     size_t heaps, heaps_abandoned;
     size_t released, decommits;
     size_t purge_delay_ms;          /* HAKMEM_PURGE_DELAY_MS in effect */
-    size_t purge_bound;             /* no purger for good: free bytes kept at most
-                                       (docs/ENV_VARS.md); 0 while a purger may run */
 } hak_info_t;
 
 HAK_API void hak_get_info(hak_info_t *info);
+
+/* With no purger thread for good (HAKMEM_PURGE_THREAD=0, a seccomp filter,
+ * refused starts): the most free memory kept resident meanwhile, in bytes
+ * (docs/ENV_VARS.md); 0 while a purger may run. */
+HAK_API size_t hak_purge_bound(void);
 
 /* The statistics report HAKMEM_STATS=1 prints at exit: per tier and class,
  * allocations, frees, remote frees and refills (counted only with

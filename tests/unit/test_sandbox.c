@@ -20,7 +20,7 @@
  *       refused start leaves no purger (a large block freed then goes back
  *       at once, the program goes on), a start is tried again a second
  *       later, and after the third refusal there is no purger for good:
- *       freed memory is kept, up to a bound (hak_info_t.purge_bound).
+ *       freed memory is kept, up to a bound (hak_purge_bound()).
  *   no_purger_bounded                with HAKMEM_PURGE_THREAD=0, 4000
  *       replacements of 64-256 KiB blocks give nothing back (a delay of 0
  *       gave back each one), and a program that frees half of 250 MiB of
@@ -266,13 +266,13 @@ static int child_clone_killed(void)
     /* with no purger to give them back later, at most the bound stays */
     hak_info_t in;
     hak_get_info(&in);
-    if (in.purge_delay_ms != 0 && in.purge_bound == 0) {
+    if (in.purge_delay_ms != 0 && hak_purge_bound() == 0) {
         say("under a clone-killing filter, and a purger may still start\n");
         return 1;
     }
-    if (freed + 8 * 16 * MiB > full + 16 * MiB + in.purge_bound) {
+    if (freed + 8 * 16 * MiB > full + 16 * MiB + hak_purge_bound()) {
         say("under a clone-killing filter: %zu KiB resident after freeing, %zu before "
-            "(bound %zu KiB)\n", freed >> 10, full >> 10, in.purge_bound >> 10);
+            "(bound %zu KiB)\n", freed >> 10, full >> 10, hak_purge_bound() >> 10);
         return 1;
     }
     return 0;
@@ -283,7 +283,7 @@ static int child_thread_refused(void)
     hak_info_t in;
     hak_get_info(&in);
     /* the row gives back at once, or has no purger from the start */
-    if (in.purge_delay_ms == 0 || in.purge_bound != 0) return 0;
+    if (in.purge_delay_ms == 0 || hak_purge_bound() != 0) return 0;
     if (!install_filter(clone_calls, CLONE_CALLS, SECCOMP_RET_ERRNO | EAGAIN))
         return CHILD_SKIP;
     for (int attempt = 1; attempt <= 3; attempt++) {
@@ -298,19 +298,19 @@ static int child_thread_refused(void)
                 "(%zu bytes)\n", attempt, in.large_cached);
             return 1;
         }
-        if (attempt < 3 && in.purge_bound != 0) {
+        if (attempt < 3 && hak_purge_bound() != 0) {
             say("attempt %d: one refused thread was taken as no purger for good\n", attempt);
             return 1;
         }
     }
     /* No purger for good now: free memory is kept, up to a bound. */
-    if (in.purge_bound == 0) {
+    if (hak_purge_bound() == 0) {
         say("three refused threads, and no bound on what is kept\n");
         return 1;
     }
-    if (in.large_cached > in.purge_bound) {
+    if (in.large_cached > hak_purge_bound()) {
         say("no purger: %zu bytes of large blocks kept, past the bound of %zu\n",
-            in.large_cached, in.purge_bound);
+            in.large_cached, hak_purge_bound());
         return 1;
     }
     if (in.purge_delay_ms == 0) {
@@ -329,7 +329,7 @@ static int child_no_purger(void)
     hak_info_t in;
     hak_get_info(&in);
     if (in.purge_delay_ms == 0) return 0;        /* the row gives back at once */
-    if (in.purge_bound == 0) {
+    if (hak_purge_bound() == 0) {
         say("HAKMEM_PURGE_THREAD=0, and no bound on what is kept\n");
         return 1;
     }
@@ -349,7 +349,7 @@ static int child_no_purger(void)
     for (int i = 0; i < N; i += 2) free(b[i]);
     size_t rss = rss_bytes();
     hak_get_info(&in);
-    size_t allowed = (size_t)N / 2 * LEN + (size_t)N / 2 * 4096 + in.purge_bound + 16 * MiB;
+    size_t allowed = (size_t)N / 2 * LEN + (size_t)N / 2 * 4096 + hak_purge_bound() + 16 * MiB;
     if (rss > rss0 + allowed) {
         say("no purger: %zu KiB more resident with half of %d blocks of %d B freed "
             "(allowed %zu KiB: the live half, a page of each freed block, the bound)\n",
