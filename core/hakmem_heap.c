@@ -550,7 +550,7 @@ bool hak_heap_reclaim_abandoned(unsigned how) {
  * has waited a delay for one (5000 threads that exit together leave 5000
  * heaps that no thread may ever want), it gives back all it holds
  * (heap_reclaim, caches too), once.  Heaps wait in the order their threads
- * left them; a reclaimed one goes to the tail.  Returns ms until the next
+ * left them; a reclaimed one goes to the tail; sc learns when the next
  * one is due. */
 void hak_heap_settle_abandoned(hak_purge_scan_t *sc) {
     for (;;) {

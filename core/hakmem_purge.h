@@ -1,8 +1,9 @@
 /* Reclamation (hakmem_purge.c): memory given back by time (the purger
  * thread, or the slow paths where none runs), malloc_trim, and room made
  * when the OS refuses a mapping.  The purge functions of the layers below
- * return how many ms until their next stamped item falls due,
- * HAK_PURGE_NONE if none is left. */
+ * fill in a hak_purge_scan_t (hakmem_types.h): how many ms until their
+ * next stamped item falls due (HAK_PURGE_NONE if none is left) and how
+ * much stays stamped. */
 #ifndef HAKMEM_PURGE_H
 #define HAKMEM_PURGE_H
 
