@@ -254,7 +254,8 @@ size_t hak_purge_idle_bound(void) {
 /* With no purger for good, past HAK_IDLE_KEEP_HEAP bytes per live heap
  * (HAK_IDLE_KEEP_MIN at least) of free memory left resident, the oldest
  * goes back first: passes with a shorter and shorter delay until what is
- * left fits.  So memory reused within the bound is not given back and
+ * left fits, each giving back only what brings it down to half the bound
+ * (so memory freed within the last ms is not all given back at once).  So memory reused within the bound is not given back and
  * faulted in again (every free's decommit made 2 threads replacing 64
  * blocks of 64-256 KiB 50 times slower), and an idle program keeps at most
  * the bound, plus a kick's worth a heap.  A pass walks every heap: it runs
@@ -269,13 +270,16 @@ static void purge_bounded(bool wait_lock) {
     size_t bound = hak_purge_idle_bound();
     size_t stamped = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
     uint32_t delay = hak_purge_delay();
+    size_t want = SIZE_MAX;
     hak_purge_scan_t sc;
     for (;;) {
         sc = hak_purge_scan(hak_now_ms(), delay);
         sc.sweep = false;
+        sc.want = want;
         purge_pass_locked(&sc, true);
         if (sc.left <= bound || delay == 0) break;
         delay /= 4;
+        want = sc.left - bound / 2;    /* down to half the bound, no further */
     }
     size_t room = sc.left < bound ? bound - sc.left : 0;
     /* Reuse is counted at once, stamps by the kick (a heap's up to

@@ -426,16 +426,19 @@ static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
  * once it has stayed unused for `delay` ms by `now` (delay 0: everything,
  * malloc_trim).  The pass learns when the next one falls due (`wait`,
  * HAK_PURGE_NONE if none) and how many bytes stay resident, stamped but
- * not yet due (`left`: with no purger, what an idle program would keep). */
+ * not yet due (`left`: with no purger, what an idle program would keep).
+ * A bounded pass gives back `want` bytes, the item that reaches it whole:
+ * what is due beyond stays, counted as left. */
 typedef struct {
     uint32_t now, delay;
     uint32_t wait;
     size_t   left;
+    size_t   want;
     bool     sweep;    /* the shared heaps swept too (not in bounded passes) */
 } hak_purge_scan_t;
 
 static inline hak_purge_scan_t hak_purge_scan(uint32_t now, uint32_t delay) {
-    return (hak_purge_scan_t){ now, delay, HAK_PURGE_NONE, 0, true };
+    return (hak_purge_scan_t){ now, delay, HAK_PURGE_NONE, 0, SIZE_MAX, true };
 }
 
 /* Whether an item of `bytes` stamped at `at` is due.  A pass reads `now`
@@ -444,8 +447,14 @@ static inline hak_purge_scan_t hak_purge_scan(uint32_t now, uint32_t delay) {
  * difference would wrap). */
 static inline bool hak_purge_due(hak_purge_scan_t *sc, uint32_t at, size_t bytes) {
     uint32_t age = (int32_t)(sc->now - at) < 0 ? 0 : sc->now - at;
-    if (age >= sc->delay) return true;
-    if (sc->delay - age < sc->wait) sc->wait = sc->delay - age;
+    if (age >= sc->delay) {
+        if (sc->want != 0) {
+            sc->want = bytes < sc->want ? sc->want - bytes : 0;
+            return true;
+        }
+    } else if (sc->delay - age < sc->wait) {
+        sc->wait = sc->delay - age;
+    }
     sc->left += bytes;
     return false;
 }
