@@ -446,22 +446,25 @@ static void nursery_settle(void) {
  * and a spare retired each time would be no spare. */
 void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
-    bool sweep = sc->sweep || sc->delay == 0;
+    bool sweep = sc->sweep;
     if (!trylock) hak_l25_lock();
     if (!trylock || hak_l25_trylock()) {
         if (sweep) {
             heap_sweep_bare(s);
             hak_slab_shared_spares_reset();
         }
+        size_t before = sc->left;
         hak_slab_purge_heap(s, sc);
+        atomic_store_explicit(&s->purge_left, sc->left - before, memory_order_relaxed);
         for (hak_superslab_t *ss = s->ss_list; ss != NULL;) {   /* those it made clean */
             hak_superslab_t *next = ss->next;
             hak_ss_release_if_empty(s, ss);
             ss = next;
         }
         hak_l25_unlock();
-    } else if (sc->delay < sc->wait) {
-        sc->wait = sc->delay;      /* skipped: look again a delay later */
+    } else {
+        if (sc->delay < sc->wait) sc->wait = sc->delay;      /* skipped: look again a delay later */
+        sc->left += atomic_load_explicit(&s->purge_left, memory_order_relaxed);
     }
     /* The nursery: as any thread's heap, swept as its thread would (it
      * keeps its spares and Tiny caches for the next young threads), its
@@ -471,16 +474,19 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     if (!trylock) hak_lock(&n->lock);
     else if (!hak_trylock(&n->lock)) {
         if (sc->delay < sc->wait) sc->wait = sc->delay;
+        sc->left += atomic_load_explicit(&n->purge_left, memory_order_relaxed);
         return;
     }
     n->lock_depth = 1;
-    if (sc->delay == 0) {
+    if (sweep && sc->delay == 0) {
         heap_flush_rings(n);
         heap_sweep_bare(n);
     } else if (sweep) {
         heap_sweep(n);
     }
+    size_t before = sc->left;
     hak_slab_purge_heap(n, sc);
+    atomic_store_explicit(&n->purge_left, sc->left - before, memory_order_relaxed);
     n->lock_depth = 0;
     hak_unlock(&n->lock);
 }

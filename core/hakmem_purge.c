@@ -98,6 +98,7 @@ _Atomic size_t hak_stamped_floor;      /* ... at which nothing the last bounded
                                           pass left would be free */
 static _Atomic size_t bounded_due;     /* hak_stamped_net by which a bounded
                                           pass may be needed */
+static _Atomic bool bounded_missed;    /* one was, while another pass ran */
 
 /* The heaps a purge walks: those of live and exited threads, and the heap
  * profiler's heaps of sampled blocks (no thread; each used under a lock of
@@ -119,13 +120,17 @@ static void purge_pass_locked(hak_purge_scan_t *sc, bool trylock_heaps) {
         if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (trylock_heaps) {
             if (!hak_trylock(&h->lock)) {
+                /* busy (its owner is in a slow path): what it left last time */
                 if (sc->delay < sc->wait) sc->wait = sc->delay;
+                sc->left += atomic_load_explicit(&h->purge_left, memory_order_relaxed);
                 continue;
             }
         } else {
             hak_lock(&h->lock);
         }
+        size_t before = sc->left;
         hak_slab_purge_heap(h, sc);
+        atomic_store_explicit(&h->purge_left, sc->left - before, memory_order_relaxed);
         hak_unlock(&h->lock);
     }
     hak_heap_settle_abandoned(sc);
@@ -262,34 +267,62 @@ size_t hak_purge_idle_bound(void) {
  * only once what the last one left, plus what was stamped and not taken
  * back into use since (hak_stamped_net), may be past the bound: a program
  * that frees and reuses as fast (a producer and a consumer) runs few. */
+static void purge_unlock(void);
+
 static void purge_bounded(bool wait_lock) {
     size_t net = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
     if ((ptrdiff_t)(net - atomic_load_explicit(&bounded_due, memory_order_relaxed)) < 0) return;
-    if (wait_lock) hak_lock(&purge_lock);
-    else if (!hak_trylock(&purge_lock)) return;     /* a pass runs: the next kick looks again */
+    if (wait_lock) {
+        hak_lock(&purge_lock);
+    } else if (!hak_trylock(&purge_lock)) {
+        atomic_store_explicit(&bounded_missed, true, memory_order_relaxed);   /* its holder looks */
+        return;
+    }
+    atomic_store_explicit(&bounded_missed, false, memory_order_relaxed);
     size_t bound = hak_purge_idle_bound();
     size_t stamped = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
-    uint32_t delay = hak_purge_delay();
-    size_t want = SIZE_MAX;
-    hak_purge_scan_t sc;
-    for (;;) {
+    /* A heap whose lock is held (its owner is in a slow path) counts as
+     * what it left at the last pass: waiting for the lock made 2 threads'
+     * passes wait for each other (64-256 KiB churn 4.5 -> 2.6 M ops/s). */
+    hak_purge_scan_t sc = hak_purge_scan(hak_now_ms(), hak_purge_delay());
+    sc.sweep = false;
+    purge_pass_locked(&sc, true);
+    uint32_t delay = sc.delay;
+    while (sc.left > bound && delay != 0) {
+        size_t want = sc.left - bound / 2;
+        delay /= 4;
         sc = hak_purge_scan(hak_now_ms(), delay);
         sc.sweep = false;
         sc.want = want;
         purge_pass_locked(&sc, true);
-        if (sc.left <= bound || delay == 0) break;
-        delay /= 4;
-        want = sc.left - bound / 2;    /* down to half the bound, no further */
     }
-    size_t room = sc.left < bound ? bound - sc.left : 0;
+    /* The next pass once half the bound more may be free, at the soonest
+     * (what a pass cannot give back, free blocks sharing a page with live
+     * ones, would otherwise bring one at every kick), or 1/32 of the
+     * SuperSlab memory a pass walks: so a program that frees a big heap
+     * pays a bounded share for the walks (1 GiB freed: 30 passes, not
+     * 115), and keeps at most that much more while it idles. */
+    size_t walked = (atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed) +
+                     atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed)) *
+                    HAK_CHUNK_SIZE;
+    size_t least = walked / 32 > bound / 2 ? walked / 32 : bound / 2;
+    size_t room = sc.left + least < bound ? bound - sc.left : least;
     /* Reuse is counted at once, stamps by the kick (a heap's up to
      * HAK_PURGE_KICK_MIN, the shared heap's too): the estimate may run
      * that far below zero before it is wrong. */
     size_t slack = (hak_heap_active_count() + 1) * HAK_PURGE_KICK_MIN;
     atomic_store_explicit(&hak_stamped_floor, stamped - sc.left - slack, memory_order_relaxed);
     atomic_store_explicit(&bounded_due, stamped + room, memory_order_relaxed);
-    hak_unlock(&purge_lock);
+    purge_unlock();
     if (sc.wait != HAK_PURGE_NONE) inline_schedule(sc.wait);
+}
+
+/* purge_lock let go; a bounded pass asked for meanwhile runs now (it found
+ * the lock held, and its kick may be the program's last). */
+static void purge_unlock(void) {
+    hak_unlock(&purge_lock);
+    if (atomic_load_explicit(&bounded_missed, memory_order_relaxed) && hak_purge_no_thread())
+        purge_bounded(false);
 }
 
 /* A thread with a heap exited: with no purger, the bound it made room for
@@ -375,7 +408,7 @@ void hak_purge_inline(void) {
     }
     if (!hak_trylock(&purge_lock)) return;
     uint32_t wait = purge_pass(hak_purge_delay(), true);
-    hak_unlock(&purge_lock);
+    purge_unlock();
     /* A stamp scheduled meanwhile keeps its time. */
     atomic_compare_exchange_strong(&hak_purge_inline_due, &due, 0);
     if (wait != HAK_PURGE_NONE) inline_schedule(wait);

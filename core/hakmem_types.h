@@ -278,6 +278,8 @@ typedef struct hak_heap {
                                       SuperSlab it keeps for the next refills */
     size_t           purge_pending; /* owner: bytes stamped for the purger
                                       since it was last made sure of        */
+    _Atomic size_t   purge_left;   /* what the last pass left stamped here,
+                                      for a bounded pass that finds it locked */
     _Atomic bool     trim_request; /* malloc_trim from another thread: flush
                                       the rings at the next slow path       */
     /* Taken by the owner on its slow paths around what the purger and
