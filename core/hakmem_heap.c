@@ -446,10 +446,9 @@ static void nursery_settle(void) {
  * and a spare retired each time would be no spare. */
 void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
-    bool sweep = sc->sweep;
     if (!trylock) hak_l25_lock();
     if (!trylock || hak_l25_trylock()) {
-        if (sweep) {
+        if (sc->sweep) {
             heap_sweep_bare(s);
             hak_slab_shared_spares_reset();
         }
@@ -478,10 +477,10 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
         return;
     }
     n->lock_depth = 1;
-    if (sweep && sc->delay == 0) {
+    if (sc->sweep && sc->delay == 0) {
         heap_flush_rings(n);
         heap_sweep_bare(n);
-    } else if (sweep) {
+    } else if (sc->sweep) {
         heap_sweep(n);
     }
     size_t before = sc->left;

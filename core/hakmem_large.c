@@ -206,7 +206,7 @@ static bool cache_put(char *base, size_t len, advice_t advice, bool keep) {
         nout++;
     bool kept = cache_count < LARGE_CACHE_SLOTS && cache_bytes + len <= LARGE_CACHE_BYTES;
     if (kept) {
-        if (hak_purge_no_thread()) atomic_fetch_add_explicit(&hak_stamped_net, freed, memory_order_relaxed);
+        hak_stamped_add(freed);
         cache[cache_count] = (range_t){ base, len, now, advice };
         bytes_add(len);
         __atomic_store_n(&cache_count, cache_count + 1, __ATOMIC_RELAXED);

@@ -470,7 +470,8 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
      * classes the purger reads too. */
     bool locked = cls >= HAK_L2_FIRST;
     unsigned reused = 0;
-    bool fresh = false;         /* the free list holds carved or reattached blocks */
+    bool fresh = false;         /* the free list holds carved or reattached blocks:
+                                   never freed, so not stamped */
     if (locked) hak_heap_lock(h);
     if (hak_remote_notified_hint(h)) hak_slab_collect_notified(h);
     if (--h->state_countdown[cls] == 0) ss_state_check(h, cls);
@@ -491,13 +492,9 @@ unsigned hak_class_take(hak_heap_t *h, unsigned cls, unsigned n, unsigned room, 
             if (locked && !fresh) reused += took;   /* freed, stamped: most of them */
         }
         if (got >= n || got >= TAKE_ENOUGH) break;
-        fresh = true;
-        if (slab_carve(s, n - got)) continue;
-        fresh = false;
+        if ((fresh = slab_carve(s, n - got))) continue;
         if (hak_remote_collect(s)) continue;
-        fresh = true;
-        if (slab_reattach(s)) continue;
-        fresh = false;
+        if ((fresh = slab_reattach(s))) continue;
         slab_park(h, s, false);         /* exhausted: wait for blocks back */
     }
     if (locked) hak_heap_unlock(h);

@@ -369,6 +369,10 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
  * pile up past the bound unseen. */
 #define HAK_PURGE_WANTED ((size_t)1 << 62)
 HAK_INTERNAL extern _Atomic size_t hak_stamped_net, hak_stamped_floor;
+static inline void hak_stamped_add(size_t bytes) {
+    if (hak_purge_no_thread())
+        atomic_fetch_add_explicit(&hak_stamped_net, bytes, memory_order_relaxed);
+}
 static inline void hak_stamped_reused(size_t bytes) {
     if (!hak_purge_no_thread() || bytes == 0) return;
     size_t floor = atomic_load_explicit(&hak_stamped_floor, memory_order_relaxed);
@@ -382,9 +386,7 @@ static inline void hak_stamped_reused(size_t bytes) {
 }
 static inline bool hak_heap_kick_due(hak_heap_t *h) {
     if (hak_likely(h->purge_pending < HAK_PURGE_KICK_MIN)) return false;
-    if (hak_purge_no_thread())
-        atomic_fetch_add_explicit(&hak_stamped_net, h->purge_pending & ~HAK_PURGE_WANTED,
-                                  memory_order_relaxed);
+    hak_stamped_add(h->purge_pending & ~HAK_PURGE_WANTED);
     h->purge_pending = 0;
     return true;
 }

@@ -430,44 +430,44 @@ static void expect_pass(int status, const char *err, const char *what)
     }
 }
 
+/* Run this program again as `role` (with purge_thread as
+ * HAKMEM_PURGE_THREAD, if not NULL) and expect it to pass. */
+static void expect_role(const char *role, const char *purge_thread, const char *what)
+{
+    char err[1024];
+    int st = run_role(NULL, role, "", purge_thread != NULL ? "HAKMEM_PURGE_THREAD" : NULL,
+                      purge_thread, -1, err, sizeof err);
+    expect_pass(st, err, what);
+}
+
 static void test_calloc_zero_under_mlockall(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "mlockall", "", NULL, NULL, -1, err, sizeof err);
-    expect_pass(st, err, "calloc under mlockall");
+    expect_role("mlockall", NULL, "calloc under mlockall");
 }
 
 static void test_calloc_zero_after_mlock(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "mlock", "", NULL, NULL, -1, err, sizeof err);
-    expect_pass(st, err, "calloc after mlock");
+    expect_role("mlock", NULL, "calloc after mlock");
 }
 
 static void test_calloc_zero_when_madvise_refused(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "madvise-refused", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
-    expect_pass(st, err, "calloc with madvise refused");
+    expect_role("madvise-refused", "1", "calloc with madvise refused");
 }
 
 static void test_clone_killing_filter(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "clone-killed", "", NULL, NULL, -1, err, sizeof err);
-    expect_pass(st, err, "a clone-killing seccomp filter");
+    expect_role("clone-killed", NULL, "a clone-killing seccomp filter");
 }
 
 static void test_purger_thread_refused(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "thread-refused", "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
-    expect_pass(st, err, "a refused purger thread");
+    expect_role("thread-refused", "1", "a refused purger thread");
 }
 
 /* child_aligned_reuse as `role`: with a purger, and a delay that keeps
@@ -479,7 +479,7 @@ static void run_aligned_reuse(const char *role, const char *what)
     char *had = row != NULL ? strdup(row) : NULL;
     setenv("HAKMEM_PURGE_DELAY_MS", "60000", 1);
     int st = run_role(NULL, role, "", "HAKMEM_PURGE_THREAD", "1", -1, err, sizeof err);
-    if (had != NULL) setenv("HAKMEM_PURGE_DELAY_MS", had, 1);
+    if (had != NULL) setenv("HAKMEM_PURGE_DELAY_MS", had, 1);     /* before a failure jumps out */
     else unsetenv("HAKMEM_PURGE_DELAY_MS");
     free(had);
     expect_pass(st, err, what);
@@ -488,9 +488,7 @@ static void run_aligned_reuse(const char *role, const char *what)
 static void test_no_purger_bounded(void **state)
 {
     (void)state;
-    char err[1024];
-    int st = run_role(NULL, "no-purger", "", "HAKMEM_PURGE_THREAD", "0", -1, err, sizeof err);
-    expect_pass(st, err, "no purger thread");
+    expect_role("no-purger", "0", "no purger thread");
 }
 
 static void test_aligned_reuse_advises_once(void **state)
