@@ -354,6 +354,7 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * left longest (slab_touched), so many spares do not put older memory
  * ahead of the blocks freed last. */
 static uint8_t shared_spares[HAK_NUM_CLASSES];
+#define SPARES_BYTES ((size_t)4 << 20)      /* a class's spares, before the shared heap's scale */
 
 void hak_slab_shared_spares_reset(void) { memset(shared_spares, 0, sizeof shared_spares); }
 
@@ -362,7 +363,7 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     unsigned keep = 1;
     if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
         unsigned scale = h->l25_shared ? 4 : 1;
-        keep = (unsigned)((((size_t)4 << 20) * scale) / ((size_t)s->npages << HAK_PAGE_SHIFT));
+        keep = (unsigned)((SPARES_BYTES * scale) / ((size_t)s->npages << HAK_PAGE_SHIFT));
         if (keep > 16 * scale) keep = 16 * scale;
     }
     if (h->l25_shared) {
@@ -511,6 +512,18 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
         if (slab_ss_hot(s) && !heap_abandoned(h)) slab_unpark(h, s, false);
         return;
     }
+    /* The shared L2.5 heap's slabs hold a block or a few: one is parked by
+     * every refill that takes its blocks and empties at the flush that
+     * returns them.  While its class keeps spares of fewer than
+     * SPARES_BYTES, it is queued again and kept as a spare
+     * (slab_keep_empty), not retired: retiring made every refill search a
+     * SuperSlab for a new span.  No more than that (a quarter of what the
+     * heap keeps of slabs that empty while queued): spares pin their
+     * SuperSlabs until the purger's next pass, and a heap whose blocks
+     * are nearly all freed must let them drain. */
+    if (slab_is_parked(s) && h->l25_shared && slab_ss_hot(s) &&
+        shared_spares[s->cls] < SPARES_BYTES / ((size_t)s->npages << HAK_PAGE_SHIFT))
+        slab_unpark(h, s, false);
     if (slab_used(s) == 0) {
         hak_heap_lock(h);
         if (h->l25_shared && !slab_is_parked(s)) slab_touched(h, s);

@@ -95,7 +95,7 @@ Other rows (same allocators, interleaving, medians and paired column):
 
 Benchmark ids (docs/benchmarks/README.md describes each):
   random_mixed_ws400 random_mixed_ws8192 random_mixed_ws65536
-  random_mixed_ws262144 mid_large_mt_t1 mid_large_mt_t2 larson_t1 larson_t2
+  random_mixed_ws262144 mid_large_mt_t1 mid_large_mt_t2 churn_t2 larson_t1 larson_t2
   larson_mb_t2 larson_short_t1 larson_short_t2 xthread xthread_large
   transfer_t2 many_threads large_reuse large_reuse_calloc large_reuse_long
   bulk_forward bulk_random python_threads rss
@@ -103,7 +103,8 @@ Benchmark ids (docs/benchmarks/README.md describes each):
 environment variables BENCH_RM_CYCLES, BENCH_MID_CYCLES,
 BENCH_LARSON_SECONDS (every larson row), BENCH_XTHREAD_SECONDS,
 BENCH_TRANSFER_ROUNDS, BENCH_THREADS_WAVES, BENCH_LARGE_REPS,
-BENCH_BULK_ROUNDS (bulk rows: 10; --quick: 3),
+BENCH_BULK_ROUNDS (bulk rows: 10; --quick: 3), BENCH_CHURN_CYCLES (churn_t2:
+1000000; --quick: 250000),
 BENCH_PY_ROUNDS (python_threads: 30; --quick: 10) and
 BENCH_RSS_ARGS (bench_rss arguments: default none = 512 MiB; --quick: 256).
 EOF
@@ -930,14 +931,14 @@ if [ $QUICK = 1 ]; then
     XT_S=${BENCH_XTHREAD_SECONDS:-1};    TR_ROUNDS=${BENCH_TRANSFER_ROUNDS:-10}
     MT_WAVES=${BENCH_THREADS_WAVES:-3};  LR_REPS=${BENCH_LARGE_REPS:-20}
     PY_ROUNDS=${BENCH_PY_ROUNDS:-10};    RSS_ARGS=${BENCH_RSS_ARGS-256}
-    BULK_ROUNDS=${BENCH_BULK_ROUNDS:-3}
+    BULK_ROUNDS=${BENCH_BULK_ROUNDS:-3}; CHURN_CYC=${BENCH_CHURN_CYCLES:-250000}
 else
     RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}
     LARSON_S=${BENCH_LARSON_SECONDS:-2}; LARSON_MB_S=${BENCH_LARSON_SECONDS:-5}
     XT_S=${BENCH_XTHREAD_SECONDS:-2};    TR_ROUNDS=${BENCH_TRANSFER_ROUNDS:-25}
     MT_WAVES=${BENCH_THREADS_WAVES:-10}; LR_REPS=${BENCH_LARGE_REPS:-100}
     PY_ROUNDS=${BENCH_PY_ROUNDS:-30};    RSS_ARGS=${BENCH_RSS_ARGS-}
-    BULK_ROUNDS=${BENCH_BULK_ROUNDS:-10}
+    BULK_ROUNDS=${BENCH_BULK_ROUNDS:-10}; CHURN_CYC=${BENCH_CHURN_CYCLES:-1000000}
 fi
 # id | binary | arguments | label
 BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$RM_CYC 400|bench_random_mixed ws=400
@@ -946,6 +947,7 @@ random_mixed_ws65536|bench_random_mixed|$RM_CYC 65536|bench_random_mixed ws=6553
 random_mixed_ws262144|bench_random_mixed|$RM_CYC 262144|bench_random_mixed ws=262144
 mid_large_mt_t1|bench_mid_large_mt|1 $MID_CYC 128|bench_mid_large_mt 1 thread
 mid_large_mt_t2|bench_mid_large_mt|2 $MID_CYC 128|bench_mid_large_mt 2 threads
+churn_t2|bench_churn|2 $CHURN_CYC 64 65536 262144|churn 64-256 KiB 2 threads
 larson_t1|larson|$LARSON_S 8 1000 1000 10 42 1|larson 1 chain
 larson_t2|larson|$LARSON_S 8 1000 1000 10 42 2|larson 2 chains
 larson_mb_t2|larson|$LARSON_MB_S 8 1000 5000 100 4141 2|larson mimalloc-bench 2 chains
