@@ -24,23 +24,27 @@
 
 #define LARGE_MAGIC 0x68616b4c41524745ULL
 
-/* The page sizes a range was last told to use (huge_pages): huge pages for
- * its 2 MiB pages [lo, hi), 4 KiB pages for the rest; ADVICE_SMALL (lo ==
- * hi is always written so): 4 KiB pages throughout, which ranges keep when
- * they are cut or merged; ADVICE_NONE: not known (a fresh range, pieces of
- * other advice merged or cut). */
-typedef struct { uint32_t lo, hi; } advice_t;
-#define ADVICE_NONE  ((advice_t){ UINT32_MAX, 0 })
-#define ADVICE_SMALL ((advice_t){ 0, 0 })
+/* Huge pages are 2 MiB (LARGE_HUGE); a range's "huge page i" is its
+ * i-th 2 MiB, ranges being multiples of 4 MiB chunks. */
+#define LARGE_HUGE ((size_t)2 << 20)
 
-static inline bool advice_small(advice_t a) { return a.lo == 0 && a.hi == 0; }
+/* The page sizes a block's range was last told to use (huge_pages): bit i
+ * of `huge` set where its huge page i was told to be one, 4 KiB pages for
+ * the rest (so a range whose huge pages are all among its first 64 is
+ * known whatever its length, and one told 4 KiB pages throughout, huge ==
+ * 0, always); `known` false: not known (a fresh range, whose rest keeps
+ * the kernel's default; advice the kernel refused).  The cache keeps the
+ * same for its ranges, which merge up to its byte bound (wide_t). */
+typedef struct { uint64_t huge; bool known; } advice_t;
+#define ADVICE_NONE  ((advice_t){ 0, false })
+#define ADVICE_SMALL ((advice_t){ 0, true })
 
 typedef struct {
     uint64_t magic;        /* LARGE_MAGIC ^ user pointer: a live block     */
     char    *base;         /* the mapping                                  */
     size_t   len;
     advice_t advice;       /* of [base, base + len)                        */
-    char     pad[HAK_LARGE_HDR - 32];
+    char     pad[HAK_LARGE_HDR - 24 - sizeof(advice_t)];
 } large_hdr_t;
 
 _Static_assert(sizeof(large_hdr_t) == HAK_LARGE_HDR, "large header size");
@@ -71,7 +75,55 @@ static char *block_at(char *base, size_t len, size_t off, advice_t advice) {
 #define LARGE_CACHE_SLOTS 64
 #define LARGE_CACHE_BYTES ((size_t)1 << 30)
 
-typedef struct { char *base; size_t len; uint32_t at; advice_t advice; } range_t;
+/* A cached range's advice: as advice_t, one bit for each of its huge
+ * pages (a range is at most the cache's byte bound).  Cuts and merges
+ * carry it along. */
+#define WIDE_WORDS (LARGE_CACHE_BYTES / LARGE_HUGE / 64)
+typedef struct { uint64_t huge[WIDE_WORDS]; bool known; } wide_t;
+
+#define WIDE_FOR_EACH(w, i)                                                                \
+    for (size_t wi_ = 0; wi_ < WIDE_WORDS; wi_++)                                          \
+        for (uint64_t wb_ = (w)[wi_], i; wb_ != 0 && (i = wi_ * 64 + (size_t)__builtin_ctzll(wb_), 1); \
+             wb_ &= wb_ - 1)
+
+static inline void wide_set(uint64_t *w, size_t i) { w[i / 64] |= (uint64_t)1 << (i % 64); }
+
+static wide_t wide_of(advice_t a) {
+    wide_t w = { { a.huge }, a.known };
+    return w;
+}
+
+/* The advice of the first `len` bytes of a range (unknown where a huge
+ * page past the 64th is one). */
+static advice_t wide_head(const wide_t *w, size_t len) {
+    advice_t a = { 0, w->known };
+    WIDE_FOR_EACH(w->huge, i) {
+        if (i >= len / LARGE_HUGE) break;
+        if (i >= 64) return (advice_t){ 0, false };
+        a.huge |= (uint64_t)1 << i;
+    }
+    return a;
+}
+
+/* What is left once the first `len` bytes are cut off. */
+static wide_t wide_rest(const wide_t *w, size_t len) {
+    wide_t r = { { 0 }, w->known };
+    WIDE_FOR_EACH(w->huge, i) if (i >= len / LARGE_HUGE) wide_set(r.huge, i - len / LARGE_HUGE);
+    return r;
+}
+
+/* Range lo (lo_len bytes) followed by range hi. */
+static wide_t wide_join(const wide_t *lo, size_t lo_len, const wide_t *hi) {
+    wide_t r = *lo;
+    r.known = lo->known && hi->known;
+    WIDE_FOR_EACH(hi->huge, i) {
+        if (i + lo_len / LARGE_HUGE >= WIDE_WORDS * 64) return (wide_t){ { 0 }, false };
+        wide_set(r.huge, i + lo_len / LARGE_HUGE);
+    }
+    return r;
+}
+
+typedef struct { char *base; size_t len; uint32_t at; wide_t advice; } range_t;
 typedef struct { char *base; size_t len; advice_t advice; } piece_t;
 
 static hak_lock_t cache_lock;
@@ -99,15 +151,15 @@ static void cache_remove(unsigned i) {
     cache[i] = cache[cache_count];
 }
 
-/* Take len bytes from cached range i: its start (*advice: what it was
- * told, if it is the whole range); the rest stays. */
+/* Take len bytes from cached range i: its start (*advice: what they were
+ * told); the rest stays. */
 static char *cache_cut(unsigned i, size_t len, advice_t *advice) {
     char *base = cache[i].base;
-    *advice = cache[i].advice;
+    *advice = wide_head(&cache[i].advice, len);
     if (cache[i].len == len) {
         cache_remove(i);
     } else {
-        if (!advice_small(*advice)) *advice = cache[i].advice = ADVICE_NONE;
+        cache[i].advice = wide_rest(&cache[i].advice, len);
         cache[i].base += len;
         cache[i].len -= len;
         bytes_sub(len);
@@ -181,7 +233,7 @@ static bool cache_evict_oldest(range_t *out) {
  * (the caller knows no purger would give it back if the program now
  * idles), it goes back at once.  Returns whether it was kept, stamped for
  * the purger. */
-static bool cache_put(char *base, size_t len, advice_t advice, bool keep) {
+static bool cache_put(char *base, size_t len, advice_t told, bool keep) {
     if (hak_purge_delay() == 0 || len > LARGE_CACHE_BYTES || !keep) {
         release(base, len);
         return false;
@@ -190,12 +242,17 @@ static bool cache_put(char *base, size_t len, advice_t advice, bool keep) {
     uint32_t now = hak_now_ms();
     range_t out[4];
     unsigned nout = 0;
+    wide_t advice = wide_of(told);
     hak_lock(&cache_lock);
     for (unsigned i = 0; i < cache_count;) {
         if (cache[i].base + cache[i].len == base || base + len == cache[i].base) {
-            if (cache[i].base < base) base = cache[i].base;
+            if (cache[i].base < base) {
+                advice = wide_join(&cache[i].advice, cache[i].len, &advice);
+                base = cache[i].base;
+            } else {
+                advice = wide_join(&advice, len, &cache[i].advice);
+            }
             len += cache[i].len;
-            if (!advice_small(advice) || !advice_small(cache[i].advice)) advice = ADVICE_NONE;
             cache_remove(i);
             continue;
         }
@@ -255,30 +312,48 @@ void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
  * written whole more often than not (a zero-filled buffer), and one fault
  * per 2 MiB is 1/512 of the faults.  Not past the bytes asked for: the huge
  * page the block ends in would be resident whole.  So mappings may also
- * begin or end on a huge-page boundary inside a chunk: moves split there. */
-#define LARGE_HUGE ((size_t)2 << 20)
-
-/* [p, p + len) is to hold a block that starts `off` into it (its header
+ * begin or end on a huge-page boundary inside a chunk: moves split there.
+ *
+ * [p, p + len) is to hold a block that starts `off` into it (its header
  * just before) and whose bytes end `end` into it.  Not the padding before a
  * block aligned to a huge page or more (posix_memalign to 2 MiB and up,
  * `off` a multiple of 2 MiB): the header's write would fault in a huge page
  * that holds no byte of the block, so that padding is marked for 4 KiB
  * pages even in a fresh range (where THP is `always`, unmarked memory gets
  * huge pages).  A smaller alignment keeps the block's first huge page: its
- * padding is less than the page.  A reused range keeps what earlier blocks
- * asked for, so its rest is set too; one already told the same (`had`) is
- * left as it is: a program that frees and takes back 2 MiB-aligned buffers
+ * padding is less than the page.  A reused range whose advice is not
+ * known is told all of it, its rest too; one whose advice is known (`had`)
+ * is told only what it lacks (below): a program that frees and takes back
+ * 2 MiB-aligned buffers
  * made two madvise calls a block, most of its time.  Returns what the
  * range has now been told. */
 static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reused, advice_t had) {
     size_t lo = off & ~(LARGE_HUGE - 1);
     size_t hi = end & ~(LARGE_HUGE - 1);
     if (hi < lo) hi = lo;
-    /* (only a reused range's advice is all known; a range of more than
-     * 2^32 huge pages is not recorded) */
-    bool known = reused && hi / LARGE_HUGE < UINT32_MAX;
-    advice_t want = hi == lo ? ADVICE_SMALL : (advice_t){ (uint32_t)(lo / LARGE_HUGE), (uint32_t)(hi / LARGE_HUGE) };
-    if (known && had.lo == want.lo && had.hi == want.hi) return want;
+    size_t first = lo / LARGE_HUGE, past = hi / LARGE_HUGE;
+    bool fits = past <= 64;     /* (otherwise not written down) */
+    uint64_t want = 0;
+    if (fits && past > first)
+        want = (past - first == 64 ? ~(uint64_t)0 : ((uint64_t)1 << (past - first)) - 1) << first;
+    /* A reused range keeps the huge pages it was told of: they lay within
+     * an earlier block's bytes, and are resident already where it touched
+     * them, so telling them back to 4 KiB pages for a smaller block
+     * changes no page and cost a madvise call and a split of the mapping
+     * (a program replacing buffers of 1-4 MiB made 0.8 calls a block, a
+     * quarter of its time).  It grows by the huge pages this block covers
+     * besides: its rest was told 4 KiB pages already. */
+    if (reused && had.known && fits) {
+        uint64_t add = want & ~had.huge;
+        bool told = true;
+        while (add != 0) {
+            unsigned a = (unsigned)__builtin_ctzll(add), b = a;
+            while (b < 64 && (add >> b & 1)) b++;
+            told &= hak_os_hugepages(p + a * LARGE_HUGE, (size_t)(b - a) * LARGE_HUGE, true);
+            add = b < 64 ? add & ~(((uint64_t)1 << b) - 1) : 0;
+        }
+        return told ? (advice_t){ had.huge | want, true } : ADVICE_NONE;
+    }
     bool told = true;
     if (hi > lo) told &= hak_os_hugepages(p + lo, hi - lo, true);
     if (reused && hi == lo) {
@@ -289,7 +364,7 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     }
     /* (a fresh range's rest keeps the kernel's default; one the kernel
      * refused is told again next time) */
-    return known && told ? want : ADVICE_NONE;
+    return reused && told && fits ? (advice_t){ want, true } : ADVICE_NONE;
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole

@@ -32,6 +32,12 @@
  *       the first time a range is reused): a reused range already told to
  *       use 4 KiB pages is not told again (before: 1 or 2 calls a block
  *       each time, 1 280).
+ *   mixed_reuse_keeps_advice         the same with 64 blocks of 1.5 and
+ *       3 MiB by turns, shifted each round (a range serves blocks with and
+ *       without a whole huge page in turn): at most 192 calls, two a block
+ *       at the first reuse and then one for a range that first gets a
+ *       3 MiB block after 1.5 MiB ones: a range keeps the huge pages it was
+ *       told of (before: 960, a call or two at each change of size).
  *   aligned_reuse_advice_refused     the same with every madvise refused
  *       (EPERM, as a sandbox or locked memory may): the blocks are written
  *       and read back whole, and a range whose advice was refused is told
@@ -187,19 +193,31 @@ static void count_madvise(int sig, siginfo_t *si, void *ctx)
     uc->uc_mcontext.gregs[REG_RAX] = madvise_result;
 }
 
-static int child_aligned_reuse(bool refused)
+/* Block i of round r: `mixed`, 1.5 or 3 MiB by turns, shifted each round
+ * (any of them takes any cached range: each is a 4 MiB chunk), so a range
+ * serves blocks with and without a whole huge page in turn; otherwise
+ * 1 MiB aligned to 2 MiB. */
+static size_t reuse_size(bool mixed, int i, int r)
+{
+    return !mixed ? MiB : ((i + r) & 1) ? 3 * MiB : 3 * MiB / 2;
+}
+
+static int child_aligned_reuse(bool refused, bool mixed)
 {
     enum { N = 64, ROUNDS = 10 };
     void *a[N];
     madvise_result = refused ? -EPERM : 0;
     for (int r = 0; r <= ROUNDS; r++) {
         for (int i = 0; i < N; i++) {
-            if (posix_memalign(&a[i], 2 * MiB, MiB) != 0) return 1;
-            memset(a[i], r + 1, MiB);
+            size_t n = reuse_size(mixed, i, r);
+            if (mixed) a[i] = malloc(n);
+            else if (posix_memalign(&a[i], 2 * MiB, n) != 0) a[i] = NULL;
+            if (a[i] == NULL) return 1;
+            memset(a[i], r + 1, n);
         }
         for (int i = 0; i < N; i++) {
             const unsigned char *b = a[i];
-            for (size_t k = 0; k < MiB; k += 4096)
+            for (size_t k = 0; k < reuse_size(mixed, i, r); k += 4096)
                 if (b[k] != (unsigned char)(r + 1)) {
                     say("block %d of round %d lost its bytes\n", i, r);
                     return 1;
@@ -222,8 +240,12 @@ static int child_aligned_reuse(bool refused)
         if (sigaction(SIGSYS, &sa, NULL) != 0 || !install_filter(nrs, 1, SECCOMP_RET_TRAP))
             return CHILD_SKIP;
     }
-    if (!refused && madvise_calls > N + N / 4) {
-        say("%d aligned blocks taken back %d times: %d madvise calls\n", N, ROUNDS, (int)madvise_calls);
+    /* aligned: a call a block at the first reuse; mixed: two at most, then
+     * one for each range that first takes a 3 MiB block after 1.5 MiB ones */
+    int most = mixed ? 3 * N : N + N / 4;
+    if (!refused && madvise_calls > most) {
+        say("%d %s blocks taken back %d times: %d madvise calls (at most %d)\n", N,
+            mixed ? "1.5 and 3 MiB" : "aligned", ROUNDS, (int)madvise_calls, most);
         return 1;
     }
     if (refused && madvise_calls < ROUNDS * N) {
@@ -497,6 +519,12 @@ static void test_aligned_reuse_advises_once(void **state)
     run_aligned_reuse("aligned-reuse", "aligned blocks taken back");
 }
 
+static void test_mixed_reuse_keeps_advice(void **state)
+{
+    (void)state;
+    run_aligned_reuse("mixed-reuse", "1.5 and 3 MiB blocks taken back in turn");
+}
+
 static void test_aligned_reuse_advice_refused(void **state)
 {
     (void)state;
@@ -564,8 +592,9 @@ int main(int argc, char **argv)
         if (strcmp(role, "clone-killed") == 0) return child_clone_killed();
         if (strcmp(role, "thread-refused") == 0) return child_thread_refused();
         if (strcmp(role, "no-purger") == 0) return child_no_purger();
-        if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse(false);
-        if (strcmp(role, "aligned-refused") == 0) return child_aligned_reuse(true);
+        if (strcmp(role, "aligned-reuse") == 0) return child_aligned_reuse(false, false);
+        if (strcmp(role, "aligned-refused") == 0) return child_aligned_reuse(true, false);
+        if (strcmp(role, "mixed-reuse") == 0) return child_aligned_reuse(false, true);
         if (strcmp(role, "secure") == 0) return child_secure(argc > 2 ? argv[2] : "");
     }
     const struct CMUnitTest tests[] = {
@@ -576,6 +605,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_purger_thread_refused),
         cmocka_unit_test(test_no_purger_bounded),
         cmocka_unit_test(test_aligned_reuse_advises_once),
+        cmocka_unit_test(test_mixed_reuse_keeps_advice),
         cmocka_unit_test(test_aligned_reuse_advice_refused),
         cmocka_unit_test(test_secure_exec_ignores_settings),
     };
