@@ -167,14 +167,13 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
     return p;
 }
 
-/* Blocks of a power-of-two class are aligned to their size, so an aligned
- * request up to 1 MiB takes the class of the next power of two. */
+/* An aligned request up to 1 MiB takes the first class that holds it
+ * whose blocks are all aligned (a power-of-two class at the latest). */
 HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
     if (align <= 16) return hak_malloc(size);
     size_t need = size > align ? size : align;
     if (need <= HAK_L25_MAX) {
-        size_t pow2 = need <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(need - 1));
-        void *p = hak_malloc(pow2);
+        void *p = hak_malloc(hak_class_block_size[hak_aligned_class(need, align)]);
         hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
         return p;
     }

@@ -90,6 +90,37 @@ unsigned hak_class_span_align(unsigned cls) {
     return 1;
 }
 
+/* Bit c of entry k: every block of class c is aligned to 2^k, its block
+ * size being a multiple of 2^k and its slabs' first block aligned to it.
+ * A slab starts on a 64 KiB page, 1 KiB into page 0 of a SuperSlab for a
+ * Tiny slab (HAK_SS_DATA0), on a multiple of its size for a power-of-two
+ * class above a page (hak_class_span_align).  Every power-of-two class
+ * qualifies up to its size.  tests/unit/test_size_map.c checks each entry
+ * against that rule. */
+const uint64_t hak_class_aligned_mask[HAK_ALIGNED_MASKS] = {
+    0x0fffffffffffffffull, /* 1 */
+    0x0fffffffffffffffull, /* 2 */
+    0x0fffffffffffffffull, /* 4 */
+    0x0fffffffffffffffull, /* 8 */
+    0x0fffffffffffffffull, /* 16 */
+    0x0fffffffffffffaaull, /* 32 */
+    0x0ffffffffffffa88ull, /* 64 */
+    0x0fffffffffffa880ull, /* 128 */
+    0x0ffffffffffa8800ull, /* 256 */
+    0x0fffffffffa88000ull, /* 512 */
+    0x0ffffffffa880000ull, /* 1024 */
+    0x0fffffffa8800000ull, /* 2048 */
+    0x0ffffffa88000000ull, /* 4096 */
+    0x0ffffba880000000ull, /* 8192 */
+    0x0ffffa8800000000ull, /* 16384 */
+    0x0fffa88000000000ull, /* 32768 */
+    0x0ffa880000000000ull, /* 65536 */
+    0x0888800000000000ull, /* 131072 */
+    0x0888000000000000ull, /* 262144 */
+    0x0880000000000000ull, /* 524288 */
+    0x0800000000000000ull, /* 1048576 */
+};
+
 int hak_size_class(size_t size) {
     if (size <= HAK_TINY_MAX) return (int)hak_tiny_class(size);
     if (size <= HAK_L25_MAX) return (int)hak_mid_class(size);

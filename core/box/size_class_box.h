@@ -6,7 +6,8 @@
  *   L2.5 43..59   64 KiB, then 4 classes per doubling to 1 MiB
  * Above 128 B a class is at most 25% above the one below it, so a block
  * wastes less than 20% of itself; below 128 B at most 15 B.  Every
- * power-of-two class is naturally aligned (memalign relies on that). */
+ * power-of-two class is naturally aligned, and a block size with a higher
+ * power of two in it is aligned to that too (hak_class_aligned). */
 #ifndef HAK_SIZE_CLASS_BOX_H
 #define HAK_SIZE_CLASS_BOX_H
 
@@ -19,6 +20,10 @@ extern const uint32_t hak_class_block_size[HAK_NUM_CLASSES];
  * (hakmem_size_class.c). */
 HAK_INTERNAL unsigned hak_class_span_pages(unsigned cls);
 HAK_INTERNAL unsigned hak_class_span_align(unsigned cls);
+/* Entry k: the classes whose blocks are all aligned to 2^k, as a bit
+ * mask (hakmem_size_class.c). */
+#define HAK_ALIGNED_MASKS 21
+extern const uint64_t hak_class_aligned_mask[HAK_ALIGNED_MASKS];
 
 static inline unsigned hak_tiny_class(size_t size) {
     return hak_tiny_class_of[(size + 15) >> 4];
@@ -27,6 +32,15 @@ static inline unsigned hak_tiny_class(size_t size) {
 /* 1024 < size <= 1 MiB: every class there is a multiple of 256 B. */
 static inline unsigned hak_mid_class(size_t size) {
     return hak_mid_class_of[(size + 255) >> 8];
+}
+
+/* The first class that holds size bytes (<= 1 MiB) whose blocks are all
+ * aligned to align (a power of two, at most 1 MiB): at the latest the
+ * power-of-two class that holds both. */
+static inline unsigned hak_aligned_class(size_t size, size_t align) {
+    unsigned cls = size <= HAK_TINY_MAX ? hak_tiny_class(size) : hak_mid_class(size);
+    uint64_t fit = hak_class_aligned_mask[__builtin_ctzll(align)] >> cls << cls;
+    return (unsigned)__builtin_ctzll(fit);
 }
 
 #endif

@@ -196,6 +196,28 @@ static void test_aligned_alloc(void **state)
     }
 }
 
+/* An aligned block takes the first class that holds it whose blocks are
+ * all aligned, not the next power of two (a 64-aligned 1088 B took
+ * 2048 B): usable sizes from the class table. */
+static void test_aligned_takes_fitting_class(void **state)
+{
+    const api_t *A = *state;
+    static const struct { size_t align, n, usable; } want[] = {
+        { 32, 800, 896 },       { 64, 1088, 1280 },   { 64, 200, 256 },
+        { 64, 100, 128 },       { 256, 1300, 1536 },  { 1024, 5000, 5120 },
+        { 4096, 9000, 12288 },  { 4096, 4097, 8192 }, { 16384, 70000, 81920 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        void *p = A->aligned_alloc_(want[i].align, want[i].n);
+        check_block(A, p, want[i].align, want[i].n, "aligned_alloc");
+        memset(p, 0x3c, want[i].n);
+        if (!hak_profile_sampled(p) && A->usable(p) != want[i].usable)
+            fail_msg("aligned_alloc(%zu, %zu): usable size %zu, not %zu", want[i].align, want[i].n,
+                     A->usable(p), want[i].usable);
+        A->free_(p);
+    }
+}
+
 static void test_aligned_alloc_bad_alignment(void **state)
 {
     const api_t *A = *state;
@@ -408,6 +430,8 @@ int main(void)
         TEST_API(test_posix_memalign_size_zero, API_HAK),
         TEST_API(test_aligned_alloc, API_STD),
         TEST_API(test_aligned_alloc, API_HAK),
+        TEST_API(test_aligned_takes_fitting_class, API_STD),
+        TEST_API(test_aligned_takes_fitting_class, API_HAK),
         TEST_API(test_aligned_alloc_bad_alignment, API_STD),
         TEST_API(test_aligned_alloc_bad_alignment, API_HAK),
         TEST_API(test_memalign, API_STD),

@@ -8,6 +8,7 @@
  * hak_class_size(hak_size_class(n)) >= n with bounded waste, and the map is
  * monotonic. */
 #include "tier_common.h"
+#include "box/size_class_box.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -16,6 +17,39 @@
 #define L25_MAX ((size_t)1048576)
 
 /* ------------------------------------------------------------------------ */
+
+/* hak_class_aligned_mask against its rule: class c is aligned to 2^k when
+ * its block size and its slabs' first block are (a 64 KiB page, 1 KiB for
+ * Tiny slabs, page 0 of a SuperSlab starting there; the class's own size
+ * for power-of-two classes above a page); and hak_aligned_class picks the
+ * first such class that holds the size. */
+static void test_aligned_masks(void **state)
+{
+    (void)state;
+    for (unsigned k = 0; k < HAK_ALIGNED_MASKS; k++) {
+        size_t a = (size_t)1 << k;
+        for (int c = 0; c < HAK_NUM_CLASSES; c++) {
+            size_t bs = hak_class_block_size[c];
+            size_t start = c < HAK_L2_FIRST ? 1024 : (size_t)hak_class_span_align((unsigned)c) << 16;
+            bool aligned = bs % a == 0 && start % a == 0;
+            if (aligned != ((hak_class_aligned_mask[k] >> c) & 1))
+                fail_msg("class %d (%zu B): aligned to %zu is %d in the mask, %d by the rule", c, bs,
+                         a, (int)((hak_class_aligned_mask[k] >> c) & 1), aligned);
+        }
+        for (size_t n = 1; n <= L25_MAX; n += n < 4096 ? 1 : 251) {
+            size_t need = n > a ? n : a;
+            if (need > L25_MAX) break;
+            unsigned c = hak_aligned_class(need, a);
+            if (hak_class_block_size[c] < need || hak_class_block_size[c] % a != 0)
+                fail_msg("hak_aligned_class(%zu, %zu) = class %u (%u B)", need, a, c,
+                         hak_class_block_size[c]);
+            for (unsigned d = (unsigned)hak_size_class(need); d < c; d++)
+                if ((hak_class_aligned_mask[k] >> d) & 1)
+                    fail_msg("hak_aligned_class(%zu, %zu) = class %u, but class %u comes first", need,
+                             a, c, d);
+        }
+    }
+}
 
 static void test_class_table(void **state)
 {
@@ -183,6 +217,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_class_table),
+        cmocka_unit_test(test_aligned_masks),
         cmocka_unit_test(test_tier_boundaries),
         cmocka_unit_test(test_every_size_fits),
         cmocka_unit_test(test_class_size_maps_to_itself),
