@@ -76,7 +76,7 @@ static unsigned char *new_block(uint64_t size, unsigned thr)
         fprintf(stderr, PROG ": malloc(%" PRIu64 ") failed in thread %u\n", size, thr);
         fatal();
     }
-    for (uint64_t o = PAGE; o < size; o += PAGE) p[o] = (unsigned char)o;
+    for (uint64_t o = PAGE; o < size; o += PAGE) p[o] = (unsigned char)(o / PAGE);
     uint64_t c = cookie_of(p, thr);
     memcpy(p, &c, sizeof c);
     p[size - 1] = (unsigned char)(c >> 13);

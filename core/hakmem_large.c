@@ -33,11 +33,13 @@
  * the rest (so a range whose huge pages are all among its first 64 is
  * known whatever its length, and one told 4 KiB pages throughout, huge ==
  * 0, always); `known` false: not known (a fresh range, whose rest keeps
- * the kernel's default; advice the kernel refused).  The cache keeps the
- * same for its ranges, which merge up to its byte bound (wide_t). */
-typedef struct { uint64_t huge; bool known; } advice_t;
-#define ADVICE_NONE  ((advice_t){ 0, false })
-#define ADVICE_SMALL ((advice_t){ 0, true })
+ * the kernel's default; advice the kernel refused).  `held`: those of its
+ * huge pages where a touch faults in nothing more, a block's header having
+ * been written there since it was told (until calloc gives the page
+ * back).  The cache keeps the same for its ranges, which merge up to its
+ * byte bound (wide_t). */
+typedef struct { uint64_t huge, held; bool known; } advice_t;
+#define ADVICE_NONE  ((advice_t){ 0, 0, false })
 
 typedef struct {
     uint64_t magic;        /* LARGE_MAGIC ^ user pointer: a live block     */
@@ -79,7 +81,7 @@ static char *block_at(char *base, size_t len, size_t off, advice_t advice) {
  * pages (a range is at most the cache's byte bound).  Cuts and merges
  * carry it along. */
 #define WIDE_WORDS (LARGE_CACHE_BYTES / LARGE_HUGE / 64)
-typedef struct { uint64_t huge[WIDE_WORDS]; bool known; } wide_t;
+typedef struct { uint64_t huge[WIDE_WORDS], held[WIDE_WORDS]; bool known; } wide_t;
 
 #define WIDE_FOR_EACH(w, i)                                                                \
     for (size_t wi_ = 0; wi_ < WIDE_WORDS; wi_++)                                          \
@@ -87,38 +89,48 @@ typedef struct { uint64_t huge[WIDE_WORDS]; bool known; } wide_t;
              wb_ &= wb_ - 1)
 
 static inline void wide_set(uint64_t *w, size_t i) { w[i / 64] |= (uint64_t)1 << (i % 64); }
+static inline bool wide_get(const uint64_t *w, size_t i) { return (w[i / 64] >> (i % 64)) & 1; }
 
 static wide_t wide_of(advice_t a) {
-    wide_t w = { { a.huge }, a.known };
+    wide_t w = { { a.huge }, { a.held }, a.known };
     return w;
 }
 
 /* The advice of the first `len` bytes of a range (unknown where a huge
  * page past the 64th is one). */
 static advice_t wide_head(const wide_t *w, size_t len) {
-    advice_t a = { 0, w->known };
+    advice_t a = { 0, 0, w->known };
     WIDE_FOR_EACH(w->huge, i) {
-        if (i >= len / LARGE_HUGE) break;
-        if (i >= 64) return (advice_t){ 0, false };
-        a.huge |= (uint64_t)1 << i;
+        if (i < len / LARGE_HUGE && i >= 64) return ADVICE_NONE;
+        if (i < len / LARGE_HUGE) {
+            a.huge |= (uint64_t)1 << i;
+            if (wide_get(w->held, i)) a.held |= (uint64_t)1 << i;
+        }
     }
     return a;
 }
 
 /* What is left once the first `len` bytes are cut off. */
 static wide_t wide_rest(const wide_t *w, size_t len) {
-    wide_t r = { { 0 }, w->known };
-    WIDE_FOR_EACH(w->huge, i) if (i >= len / LARGE_HUGE) wide_set(r.huge, i - len / LARGE_HUGE);
+    wide_t r = { { 0 }, { 0 }, w->known };
+    size_t n = len / LARGE_HUGE;
+    WIDE_FOR_EACH(w->huge, i) {
+        if (i < n) continue;
+        wide_set(r.huge, i - n);
+        if (wide_get(w->held, i)) wide_set(r.held, i - n);
+    }
     return r;
 }
 
 /* Range lo (lo_len bytes) followed by range hi. */
 static wide_t wide_join(const wide_t *lo, size_t lo_len, const wide_t *hi) {
     wide_t r = *lo;
+    size_t n = lo_len / LARGE_HUGE;
     r.known = lo->known && hi->known;
     WIDE_FOR_EACH(hi->huge, i) {
-        if (i + lo_len / LARGE_HUGE >= WIDE_WORDS * 64) return (wide_t){ { 0 }, false };
-        wide_set(r.huge, i + lo_len / LARGE_HUGE);
+        if (i + n >= WIDE_WORDS * 64) return (wide_t){ { 0 }, { 0 }, false };
+        wide_set(r.huge, i + n);
+        if (wide_get(hi->held, i)) wide_set(r.held, i + n);
     }
     return r;
 }
@@ -323,10 +335,20 @@ void hak_large_unlock_all(void) { hak_unlock(&cache_lock); }
  * huge pages).  A smaller alignment keeps the block's first huge page: its
  * padding is less than the page.  A reused range whose advice is not
  * known is told all of it, its rest too; one whose advice is known (`had`)
- * is told only what it lacks (below): a program that frees and takes back
- * 2 MiB-aligned buffers
- * made two madvise calls a block, most of its time.  Returns what the
- * range has now been told. */
+ * is told only what differs where it matters (below): a program that
+ * frees and takes back 2 MiB-aligned buffers made two madvise calls a
+ * block, most of its time.  Returns what the range has now been told. */
+static bool advise_runs(char *p, uint64_t pages, bool huge) {
+    bool told = true;
+    while (pages != 0) {
+        unsigned a = (unsigned)__builtin_ctzll(pages), b = a;
+        while (b < 64 && (pages >> b & 1)) b++;
+        told &= hak_os_hugepages(p + a * LARGE_HUGE, (size_t)(b - a) * LARGE_HUGE, huge);
+        pages = b < 64 ? pages & ~(((uint64_t)1 << b) - 1) : 0;
+    }
+    return told;
+}
+
 static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reused, advice_t had) {
     size_t lo = off & ~(LARGE_HUGE - 1);
     size_t hi = end & ~(LARGE_HUGE - 1);
@@ -336,23 +358,27 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     uint64_t want = 0;
     if (fits && past > first)
         want = (past - first == 64 ? ~(uint64_t)0 : ((uint64_t)1 << (past - first)) - 1) << first;
-    /* A reused range keeps the huge pages it was told of: they lay within
-     * an earlier block's bytes, and are resident already where it touched
-     * them, so telling them back to 4 KiB pages for a smaller block
-     * changes no page and cost a madvise call and a split of the mapping
-     * (a program replacing buffers of 1-4 MiB made 0.8 calls a block, a
-     * quarter of its time).  It grows by the huge pages this block covers
-     * besides: its rest was told 4 KiB pages already. */
+    /* The header, written next, makes its huge page held if marked. */
+    size_t head = (off - HAK_LARGE_HDR) / LARGE_HUGE;
+    uint64_t head_bit = head < 64 ? (uint64_t)1 << head : 0;
+    /* A reused range whose advice is known gets the huge pages this block
+     * covers that it lacks, and gives up only those the block touches but
+     * does not cover, the huge page its header is in and the one its bytes
+     * end in, where a fault would make a huge page resident past the bytes
+     * asked for; not held ones, where no fault can (advice_t).  So a block
+     * that fits in the range's first huge page leaves the range as it was,
+     * where telling that page 4 KiB pages and the next bigger block huge
+     * ones again cost two calls and splits of the mapping (a program
+     * replacing buffers of 1-4 MiB: 0.8 calls a block, a quarter of its
+     * time).  Huge pages the block does not reach cost nothing until one
+     * does. */
     if (reused && had.known && fits) {
-        uint64_t add = want & ~had.huge;
-        bool told = true;
-        while (add != 0) {
-            unsigned a = (unsigned)__builtin_ctzll(add), b = a;
-            while (b < 64 && (add >> b & 1)) b++;
-            told &= hak_os_hugepages(p + a * LARGE_HUGE, (size_t)(b - a) * LARGE_HUGE, true);
-            add = b < 64 ? add & ~(((uint64_t)1 << b) - 1) : 0;
-        }
-        return told ? (advice_t){ had.huge | want, true } : ADVICE_NONE;
+        size_t tail = (end > off ? end - 1 : off) / LARGE_HUGE;
+        uint64_t touched = head_bit | (tail < 64 ? (uint64_t)1 << tail : 0);
+        uint64_t drop = had.huge & touched & ~want & ~had.held;
+        bool told = advise_runs(p, want & ~had.huge, true) & advise_runs(p, drop, false);
+        uint64_t huge = (had.huge | want) & ~drop;
+        return told ? (advice_t){ huge, (had.held | head_bit) & huge, true } : ADVICE_NONE;
     }
     bool told = true;
     if (hi > lo) told &= hak_os_hugepages(p + lo, hi - lo, true);
@@ -364,7 +390,7 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
     }
     /* (a fresh range's rest keeps the kernel's default; one the kernel
      * refused is told again next time) */
-    return reused && told && fits ? (advice_t){ want, true } : ADVICE_NONE;
+    return reused && told && fits ? (advice_t){ want, want & head_bit, true } : ADVICE_NONE;
 }
 
 /* calloc's clearing of [p, p + n), memory an earlier block used.  The whole
@@ -376,7 +402,7 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
  * in is cleared here whatever its alignment: the block's header, just before
  * p, is written at once, and would fault that page back in for the kernel to
  * clear all of it. */
-static void zero_used(char *p, size_t n) {
+static void zero_used(char *p, size_t n, advice_t *advice, char *base) {
     char *end = p + n;
     char *lo = (char *)(((uintptr_t)p + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
     char *hi = (char *)((uintptr_t)end & ~(uintptr_t)(LARGE_HUGE - 1));
@@ -386,6 +412,9 @@ static void zero_used(char *p, size_t n) {
     }
     memset(p, 0, (size_t)(lo - p));
     memset(hi, 0, (size_t)(end - hi));
+    /* those huge pages are held no more */
+    for (size_t i = (size_t)(lo - base) / LARGE_HUGE; i < (size_t)(hi - base) / LARGE_HUGE && i < 64; i++)
+        advice->held &= ~((uint64_t)1 << i);
 }
 
 /* A fresh range for large blocks, tagged. */
@@ -420,11 +449,12 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         return NULL;
     }
     size_t at = 0;
+    advice_t unused = ADVICE_NONE;      /* (the gathered range's advice is not known) */
     for (unsigned i = 0; i < n; i++) {
         move_range(pc[i].base, pc[i].len, nb + at);
         size_t lo = at > off ? at : off, hi = at + pc[i].len;
         if (hi > off + size) hi = off + size;
-        if (zero && lo < hi) zero_used(nb + lo, hi - lo);
+        if (zero && lo < hi) zero_used(nb + lo, hi - lo, &unused, nb);
         at += pc[i].len;
     }
     return nb;
@@ -451,7 +481,7 @@ void *hak_large_alloc(size_t size, size_t align, bool zero) {
         if (n == 1 && got == len) {
             base = pc[0].base;
             advice = huge_pages(base, len, off, off + size, true, pc[0].advice);
-            if (zero) zero_used(base + off, size);
+            if (zero) zero_used(base + off, size, &advice, base);
         } else if (n > 0) {
             base = gather(len, pc, n, off, size, zero);
             if (base != NULL) advice = huge_pages(base, len, off, off + size, true, ADVICE_NONE);

@@ -92,11 +92,13 @@ unsigned hak_class_span_align(unsigned cls) {
 
 /* Bit c of entry k: every block of class c is aligned to 2^k, its block
  * size being a multiple of 2^k and its slabs' first block aligned to it.
- * A slab starts on a 64 KiB page, 1 KiB into page 0 of a SuperSlab for a
- * Tiny slab (HAK_SS_DATA0), on a multiple of its size for a power-of-two
- * class above a page (hak_class_span_align).  Every power-of-two class
- * qualifies up to its size.  tests/unit/test_size_map.c checks each entry
- * against that rule. */
+ * A slab starts on a 64 KiB page, a Tiny slab on page 0 of a SuperSlab
+ * after the header, on a 1 KiB boundary (HAK_SS_DATA0), and a power-of-two
+ * class above a page on a multiple of its size (hak_class_span_align).
+ * Every power-of-two class qualifies up to its size.
+ * tests/unit/test_size_map.c checks each entry against that rule. */
+_Static_assert(HAK_SS_DATA0 % 1024 == 0, "Tiny slabs on page 0 start on a 1 KiB boundary");
+_Static_assert(HAK_NUM_CLASSES <= 64, "a class mask is 64 bits");
 const uint64_t hak_class_aligned_mask[HAK_ALIGNED_MASKS] = {
     0x0fffffffffffffffull, /* 1 */
     0x0fffffffffffffffull, /* 2 */

@@ -517,12 +517,13 @@ void hak_slab_free_slow(hak_heap_t *h, hak_slab_t *s) {
      * returns them.  While its class keeps spares of fewer than
      * SPARES_BYTES, it is queued again and kept as a spare
      * (slab_keep_empty), not retired: retiring made every refill search a
-     * SuperSlab for a new span.  No more than that (a quarter of what the
-     * heap keeps of slabs that empty while queued): spares pin their
-     * SuperSlabs until the purger's next pass, and a heap whose blocks
-     * are nearly all freed must let them drain. */
+     * SuperSlab for a new span.  No more than that (up to a quarter of
+     * what the heap keeps of slabs that empty while queued): spares pin
+     * their SuperSlabs until the next timed purge pass, and a heap whose
+     * blocks are nearly all freed must let them drain. */
     if (slab_is_parked(s) && h->l25_shared && slab_ss_hot(s) &&
-        shared_spares[s->cls] < SPARES_BYTES / ((size_t)s->npages << HAK_PAGE_SHIFT))
+        shared_spares[s->cls] < SPARES_BYTES / ((size_t)s->npages << HAK_PAGE_SHIFT) &&
+        !hak_remote_notify_in_flight(s, true))     /* (one waits to come through the stack) */
         slab_unpark(h, s, false);
     if (slab_used(s) == 0) {
         hak_heap_lock(h);

@@ -190,8 +190,9 @@ typedef struct hak_superslab {
                                      once it has stayed free for the delay  */
 } hak_superslab_t;
 
-/* Tiny slabs on page 0 start here; 1 KiB alignment keeps every power-of-two
- * Tiny class naturally aligned (memalign relies on it). */
+/* Tiny slabs on page 0 start here; on a 1 KiB boundary, so a Tiny block is
+ * aligned to the power of two its size holds, up to 1 KiB, there as on
+ * any other page (aligned allocation relies on it: hak_class_aligned_mask). */
 #define HAK_SS_DATA0 ((sizeof(hak_superslab_t) + 1023) & ~(size_t)1023)
 
 /* Where the first block of the slab whose span starts at page idx lies,

@@ -6,8 +6,8 @@
  *   L2.5 43..59   64 KiB, then 4 classes per doubling to 1 MiB
  * Above 128 B a class is at most 25% above the one below it, so a block
  * wastes less than 20% of itself; below 128 B at most 15 B.  Every
- * power-of-two class is naturally aligned, and a block size with a higher
- * power of two in it is aligned to that too (hak_class_aligned). */
+ * power-of-two class is naturally aligned; which others are aligned to
+ * what is in hak_class_aligned_mask. */
 #ifndef HAK_SIZE_CLASS_BOX_H
 #define HAK_SIZE_CLASS_BOX_H
 

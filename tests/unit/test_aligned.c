@@ -405,6 +405,45 @@ static void test_big_alignment_stays_small(void **state)
                  "grew by %zu KiB", grew >> 10);
 }
 
+/* The same in ranges bigger blocks used before: 16 blocks of 6 MiB, twice
+ * (the second time in ranges reused, whose advice is then known), the
+ * whole huge pages they cover marked for huge pages, written at their ends
+ * only, then freed (the cache keeps their ranges).  A block taken from
+ * such a range must not keep a huge page it touches without covering it:
+ * kept, the aligned block's 4 KiB were written into a marked, never-touched
+ * huge page, 2 MiB resident each (here 4 MiB in all, with the cache the
+ * earlier tests left; alone, 32 MiB). */
+static void test_big_alignment_reuse_stays_small(void **state)
+{
+    const api_t *A = *state;
+    if (thp_always()) {
+        print_message("THP is 'always': resident size not checked\n");
+        skip();
+    }
+    enum { N = 16 };
+    void *p[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(A->posix_memalign_(&p[i], 64, 6 * MiB), 0);
+            ((char *)p[i])[0] = 1;
+            ((char *)p[i])[6 * MiB - 1] = 1;
+        }
+        for (int i = 0; i < N; i++) A->free_(p[i]);
+    }
+    size_t rss0 = statm_bytes(1);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(A->posix_memalign_(&p[i], 2 * MiB, MiB), 0);
+        check_block(A, p[i], 2 * MiB, MiB, "posix_memalign");
+        memset(p[i], 0x5a, 4 * KiB);
+    }
+    size_t grew = statm_bytes(1) - rss0;
+    for (int i = 0; i < N; i++) A->free_(p[i]);
+    print_message("resident size grew by %zu KiB\n", grew >> 10);
+    if (grew >= 2 * MiB)    /* one such huge page is too many */
+        fail_msg("16 blocks of 1 MiB aligned to 2 MiB in ranges of freed 6 MiB blocks, 4 KiB "
+                 "written in each: resident size grew by %zu KiB", grew >> 10);
+}
+
 static void test_aligned_first_in_new_thread(void **state)
 {
     (void)state;
@@ -420,6 +459,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TEST_API(test_big_alignment_stays_small, API_STD),
         TEST_API(test_big_alignment_stays_small, API_HAK),
+        TEST_API(test_big_alignment_reuse_stays_small, API_STD),
+        TEST_API(test_big_alignment_reuse_stays_small, API_HAK),
         TEST_API(test_posix_memalign_einval, API_STD),
         TEST_API(test_posix_memalign_einval, API_HAK),
         TEST_API(test_posix_memalign_enomem, API_STD),

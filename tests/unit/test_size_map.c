@@ -19,10 +19,10 @@
 /* ------------------------------------------------------------------------ */
 
 /* hak_class_aligned_mask against its rule: class c is aligned to 2^k when
- * its block size and its slabs' first block are (a 64 KiB page, 1 KiB for
- * Tiny slabs, page 0 of a SuperSlab starting there; the class's own size
- * for power-of-two classes above a page); and hak_aligned_class picks the
- * first such class that holds the size. */
+ * its block size and its slabs' first block are (a 64 KiB page; for Tiny
+ * slabs also HAK_SS_DATA0, where they start on page 0 of a SuperSlab; the
+ * class's own size for power-of-two classes above a page); and
+ * hak_aligned_class picks the first such class that holds the size. */
 static void test_aligned_masks(void **state)
 {
     (void)state;
@@ -30,7 +30,8 @@ static void test_aligned_masks(void **state)
         size_t a = (size_t)1 << k;
         for (int c = 0; c < HAK_NUM_CLASSES; c++) {
             size_t bs = hak_class_block_size[c];
-            size_t start = c < HAK_L2_FIRST ? 1024 : (size_t)hak_class_span_align((unsigned)c) << 16;
+            size_t start = c < HAK_L2_FIRST ? (HAK_SS_DATA0 & -HAK_SS_DATA0)
+                                            : (size_t)hak_class_span_align((unsigned)c) << HAK_PAGE_SHIFT;
             bool aligned = bs % a == 0 && start % a == 0;
             if (aligned != ((hak_class_aligned_mask[k] >> c) & 1))
                 fail_msg("class %d (%zu B): aligned to %zu is %d in the mask, %d by the rule", c, bs,
