@@ -383,6 +383,24 @@ static bool thp_always(void)
  * shares it with no byte of the block, made them 2 MiB each: 32 MiB).  Not
  * checked where THP is `always`: there the block's own partial huge page
  * is the kernel's choice. */
+#define BIG_ALIGNED 16
+
+/* How much the resident size grows while BIG_ALIGNED blocks of 1 MiB
+ * aligned to 2 MiB are live, 4 KiB of each written. */
+static size_t big_aligned_growth(const api_t *A)
+{
+    void *p[BIG_ALIGNED];
+    size_t rss0 = statm_bytes(1);
+    for (int i = 0; i < BIG_ALIGNED; i++) {
+        assert_int_equal(A->posix_memalign_(&p[i], 2 * MiB, MiB), 0);
+        check_block(A, p[i], 2 * MiB, MiB, "posix_memalign");
+        memset(p[i], 0x5a, 4 * KiB);
+    }
+    size_t grew = statm_bytes(1) - rss0;
+    for (int i = 0; i < BIG_ALIGNED; i++) A->free_(p[i]);
+    return grew;
+}
+
 static void test_big_alignment_stays_small(void **state)
 {
     const api_t *A = *state;
@@ -390,16 +408,7 @@ static void test_big_alignment_stays_small(void **state)
         print_message("THP is 'always': resident size not checked\n");
         skip();
     }
-    enum { N = 16 };
-    void *p[N];
-    size_t rss0 = statm_bytes(1);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(A->posix_memalign_(&p[i], 2 * MiB, MiB), 0);
-        check_block(A, p[i], 2 * MiB, MiB, "posix_memalign");
-        memset(p[i], 0x5a, 4 * KiB);
-    }
-    size_t grew = statm_bytes(1) - rss0;
-    for (int i = 0; i < N; i++) A->free_(p[i]);
+    size_t grew = big_aligned_growth(A);
     if (grew > 8 * MiB)
         fail_msg("16 blocks of 1 MiB aligned to 2 MiB, 4 KiB written in each: resident size "
                  "grew by %zu KiB", grew >> 10);
@@ -420,24 +429,16 @@ static void test_big_alignment_reuse_stays_small(void **state)
         print_message("THP is 'always': resident size not checked\n");
         skip();
     }
-    enum { N = 16 };
-    void *p[N];
+    void *p[BIG_ALIGNED];
     for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < BIG_ALIGNED; i++) {
             assert_int_equal(A->posix_memalign_(&p[i], 64, 6 * MiB), 0);
             ((char *)p[i])[0] = 1;
             ((char *)p[i])[6 * MiB - 1] = 1;
         }
-        for (int i = 0; i < N; i++) A->free_(p[i]);
+        for (int i = 0; i < BIG_ALIGNED; i++) A->free_(p[i]);
     }
-    size_t rss0 = statm_bytes(1);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(A->posix_memalign_(&p[i], 2 * MiB, MiB), 0);
-        check_block(A, p[i], 2 * MiB, MiB, "posix_memalign");
-        memset(p[i], 0x5a, 4 * KiB);
-    }
-    size_t grew = statm_bytes(1) - rss0;
-    for (int i = 0; i < N; i++) A->free_(p[i]);
+    size_t grew = big_aligned_growth(A);
     print_message("resident size grew by %zu KiB\n", grew >> 10);
     if (grew >= 2 * MiB)    /* one such huge page is too many */
         fail_msg("16 blocks of 1 MiB aligned to 2 MiB in ranges of freed 6 MiB blocks, 4 KiB "
