@@ -12,6 +12,7 @@
  * another thread. */
 #include "hakmem.h"
 #include "box/chunk_map_box.h"
+#include "hakmem_pool.h"
 
 #define TIER HAK_TIER_L25
 #define SIZE_LO ((size_t)53249)
@@ -195,12 +196,14 @@ static long one_block_slabs_kept(const api_t *api, long *plain)
     for (int i = 0; i < ONE_COUNT; i++) api->free_(all[i]);
     long kept = 0;
     *plain = 0;
+    hak_l25_lock();             /* the purger's pass may retire them meanwhile */
     for (int i = 0; i < ONE_KEPT; i++) {
         if (sampled[i]) continue;
         const hak_slab_t *s = hak_slab_of(all[i]);
         ++*plain;
         kept += s->tier == HAK_TIER_L25 && s->cls == cls;
     }
+    hak_l25_unlock();
     return kept;
 }
 
