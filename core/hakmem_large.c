@@ -401,8 +401,9 @@ static advice_t huge_pages(char *p, size_t len, size_t off, size_t end, bool reu
  * would be a fault per 4 KiB, dearer than the memset.  The huge page p starts
  * in is cleared here whatever its alignment: the block's header, just before
  * p, is written at once, and would fault that page back in for the kernel to
- * clear all of it. */
-static void zero_used(char *p, size_t n, advice_t *advice, char *base) {
+ * clear all of it.  The huge pages given back are held no more in *advice,
+ * the advice of the range at base (NULL: not known). */
+static void zero_used(char *p, size_t n, advice_t *advice, const char *base) {
     char *end = p + n;
     char *lo = (char *)(((uintptr_t)p + LARGE_HUGE - 1) & ~(uintptr_t)(LARGE_HUGE - 1));
     char *hi = (char *)((uintptr_t)end & ~(uintptr_t)(LARGE_HUGE - 1));
@@ -412,9 +413,10 @@ static void zero_used(char *p, size_t n, advice_t *advice, char *base) {
     }
     memset(p, 0, (size_t)(lo - p));
     memset(hi, 0, (size_t)(end - hi));
+    if (advice == NULL) return;
     /* those huge pages are held no more */
-    for (size_t i = (size_t)(lo - base) / LARGE_HUGE; i < (size_t)(hi - base) / LARGE_HUGE && i < 64; i++)
-        advice->held &= ~((uint64_t)1 << i);
+    size_t first = (size_t)(lo - base) / LARGE_HUGE, past = (size_t)(hi - base) / LARGE_HUGE;
+    for (size_t i = first; i < past && i < 64; i++) advice->held &= ~((uint64_t)1 << i);
 }
 
 /* A fresh range for large blocks, tagged. */
@@ -449,12 +451,11 @@ static char *gather(size_t len, const piece_t *pc, unsigned n, size_t off, size_
         return NULL;
     }
     size_t at = 0;
-    advice_t unused = ADVICE_NONE;      /* (the gathered range's advice is not known) */
     for (unsigned i = 0; i < n; i++) {
         move_range(pc[i].base, pc[i].len, nb + at);
         size_t lo = at > off ? at : off, hi = at + pc[i].len;
         if (hi > off + size) hi = off + size;
-        if (zero && lo < hi) zero_used(nb + lo, hi - lo, &unused, nb);
+        if (zero && lo < hi) zero_used(nb + lo, hi - lo, NULL, nb);   /* (its advice is not known) */
         at += pc[i].len;
     }
     return nb;
