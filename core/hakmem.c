@@ -455,11 +455,18 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
     /* A block that outgrows its class is a buffer being appended to, which
      * will grow again: the new one is a quarter bigger than the old at least
      * (tcmalloc's rule), so a run of small steps copies it about twice per
-     * doubling rather than at every class (four per doubling).  Not past
-     * the pools: a large block grows by remapping, with no copy. */
+     * doubling rather than at every class (four per doubling).  From the
+     * L2.5 pool's classes on it is twice the old: every block such a buffer
+     * leaves behind is 64 KiB or more that only its own class can reuse, and
+     * at a quarter more a buffer growing to 1 MiB left ten of them (memory
+     * as well as copies: bench_append).  Not past the pools: a large block
+     * grows by remapping, with no copy. */
     size_t want = size;
-    if (size > old && size <= HAK_L25_MAX && old + old / 4 > size)
-        want = old + old / 4 < HAK_L25_MAX ? old + old / 4 : HAK_L25_MAX;
+    if (size > old && size <= HAK_L25_MAX) {
+        size_t room = old >= hak_class_block_size[HAK_L25_FIRST] ? 2 * old : old + old / 4;
+        if (room > HAK_L25_MAX) room = HAK_L25_MAX;
+        if (room > size) want = room;
+    }
     void *q = hak_malloc(want);
     if (q == NULL) return NULL;
     memcpy(q, p, size < old ? size : old);
