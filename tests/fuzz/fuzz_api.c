@@ -407,10 +407,15 @@ static void do_realloc(const op_t *o, size_t n, int ov)
     live_bytes -= old.charge;
     memset(b, 0, sizeof *b);
     /* A block that outgrows its class moves to one a quarter bigger than the
-     * old at least, up to L2.5's end (hak_realloc): the class of that size. */
+     * old at least, twice the old from the L2.5 pool's first class on, up to
+     * L2.5's end (hak_realloc): the class of that size. */
     size_t as = n;
-    if (q != (void *)old.p && n > old.u && n <= L25_MAX && old.u + old.u / 4 > n)
-        as = old.u + old.u / 4 < L25_MAX ? old.u + old.u / 4 : L25_MAX;
+    if (q != (void *)old.p && n > old.u && n <= L25_MAX) {
+        size_t l25_first = (size_t)hak_class_size(hak_size_class(L2_MAX + 1));
+        size_t room = old.u >= l25_first ? 2 * old.u : old.u + old.u / 4;
+        if (room > L25_MAX) room = L25_MAX;
+        if (room > n) as = room;
+    }
     adopt(o->slot, q, as, n, 1, q == (void *)old.p ? K_INPLACE : K_PLAIN, old.tier, 0);
 }
 

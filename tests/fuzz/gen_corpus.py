@@ -151,9 +151,25 @@ def seed_info_first():
     return op(INFO, small(16))
 
 
+def seed_realloc_grow():
+    """Buffers grown by small steps: a quarter more at least per move in
+    the L2 pool, twice the old from the L2.5 pool's first class on."""
+    s = op(MALLOC, 0, edge("1025"))
+    for n in (1400, 2000, 2900, 4096):
+        s += op(REALLOC, 0, small(n))
+    for r in (5000, 9000, 20000, 40000):
+        s += op(REALLOC, 0, in_tier(1, r))
+    s += op(MALLOC, 1, edge("53249"))
+    for r in (20000, 90000, 200000, 400000, 700000, 995000):
+        s += op(REALLOC, 1, in_tier(2, r))
+    s += op(FREE, 0) + op(FREE, 1)
+    return s
+
+
 SEEDS = {
     "tiers": seed_tiers,
     "realloc_chain": seed_realloc_chain,
+    "realloc_grow": seed_realloc_grow,
     "aligned": seed_aligned,
     "threads": seed_threads,
     "calloc_trim": seed_calloc_trim,
