@@ -168,9 +168,24 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
 }
 
 /* An aligned request up to 1 MiB takes the first class that holds it
- * whose blocks are all aligned (a power-of-two class at the latest). */
-HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
-    if (align <= 16) return hak_malloc(size);
+ * whose blocks are all aligned (a power-of-two class at the latest).  Its
+ * fast path is malloc's pop for that class, and leaves errno alone (NULL:
+ * the cache or ring is empty, the profiler's countdown ran out, or the
+ * request is for the large tier). */
+static inline HAK_ALLOC_PATH void *aligned_pop(size_t align, size_t size) {
+    size_t need = size > align ? size : align;
+    if (hak_unlikely(need > HAK_L25_MAX)) return NULL;
+    unsigned cls = hak_aligned_class(need, align);
+    hak_heap_t *h = hak_tls_fast_heap;
+    size_t bs = hak_class_block_size[cls];
+    void *p = cls < HAK_L2_FIRST ? hak_tiny_alloc_class(h, cls, bs) : hak_pool_alloc(h, cls, bs);
+    hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
+    return p;
+}
+
+/* The rest: malloc of the class's block size (its slow path: refills,
+ * sampling, ENOMEM), or a large block. */
+HAK_ALLOC_PATH static HAK_NOINLINE void *aligned_slow(size_t align, size_t size) {
     size_t need = size > align ? size : align;
     if (need <= HAK_L25_MAX) {
         void *p = hak_malloc(hak_class_block_size[hak_aligned_class(need, align)]);
@@ -180,14 +195,28 @@ HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
     return large_alloc(size, align, false);
 }
 
-HAK_ALLOC_PATH int hak_posix_memalign(void **out, size_t align, size_t size) {
-    if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
+HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
+    void *p = aligned_pop(align, size);
+    return hak_likely(p != NULL) ? p : aligned_slow(align, size);
+}
+
+/* posix_memalign leaves errno alone: saved only on the slow path, where it
+ * may change, so the pop needs no stack frame. */
+HAK_ALLOC_PATH static HAK_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t size) {
     int saved = errno;
-    void *p = alloc_aligned(align, size);
+    void *p = aligned_slow(align, size);
     if (p == NULL) {
         errno = saved;
         return ENOMEM;
     }
+    *out = p;
+    return 0;
+}
+
+HAK_ALLOC_PATH int hak_posix_memalign(void **out, size_t align, size_t size) {
+    if (align < sizeof(void *) || (align & (align - 1)) != 0) return EINVAL;
+    void *p = aligned_pop(align, size);
+    if (hak_unlikely(p == NULL)) return posix_memalign_slow(out, align, size);
     *out = p;
     return 0;
 }

@@ -20,10 +20,10 @@ static inline void *hak_tiny_cache_pop(hak_heap_t *h, unsigned cls, hak_block_t 
     return b;
 }
 
-/* NULL when the cache is empty or the profiler's countdown ran out: the
- * caller takes the slow path. */
-static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
-    unsigned cls = hak_tiny_class(size);
+/* A block of class cls for a request of size bytes; NULL when the cache is
+ * empty or the profiler's countdown ran out: the caller takes the slow
+ * path. */
+static inline HAK_ALLOC_PATH void *hak_tiny_alloc_class(hak_heap_t *h, unsigned cls, size_t size) {
     hak_block_t *b = h->tiny_free[cls];
     if (hak_likely(b != NULL)) {
         HAK_SAMPLE_COUNTDOWN(h, size, sample);
@@ -31,6 +31,10 @@ static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
     }
 sample:
     return NULL;
+}
+
+static inline HAK_ALLOC_PATH void *hak_tiny_alloc(hak_heap_t *h, size_t size) {
+    return hak_tiny_alloc_class(h, hak_tiny_class(size), size);
 }
 
 /* p, a block of Tiny slab s of heap h, freed by h's thread (it passed the

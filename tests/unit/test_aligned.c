@@ -107,7 +107,11 @@ static void test_posix_memalign_enomem(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         volatile size_t al = cases[i].align, sz = cases[i].size;
         void *sentinel = (void *)&cases, *out = sentinel;
+        errno = EDOM;
         int rc = A->posix_memalign_(&out, al, sz);
+        if (errno != EDOM)
+            fail_msg("posix_memalign(align %zu, size %zu) changed errno to %d", (size_t)al,
+                     (size_t)sz, errno);
         if (rc != ENOMEM) {
             if (rc == 0)
                 A->free_(out);
@@ -156,6 +160,28 @@ static void test_posix_memalign_sweep(void **state)
                          align, b[i].p, b[i].n, b[i].u, b[i + 1].p, b[i + 1].n);
         for (size_t i = 0; i < N_SWEEP; i++)
             A->free_(b[i].p);
+    }
+}
+
+/* A success leaves errno alone too, whether the class's cache served it or
+ * a refill did (the first blocks of a fresh class, then the cache's). */
+static void test_posix_memalign_keeps_errno(void **state)
+{
+    const api_t *A = *state;
+    enum { N = 64 };
+    static const size_t aligns[] = { 8, 16, 64, 4096, 65536 };
+    for (size_t a = 0; a < sizeof aligns / sizeof aligns[0]; a++) {
+        void *p[N];
+        for (int round = 0; round < 2; round++) {
+            for (int i = 0; i < N; i++) {
+                errno = EDOM;
+                int rc = A->posix_memalign_(&p[i], aligns[a], 100 + 37 * (size_t)i);
+                if (rc != 0 || errno != EDOM)
+                    fail_msg("posix_memalign(align %zu, size %zu) = %d, errno %d (was EDOM)",
+                             aligns[a], 100 + 37 * (size_t)i, rc, errno);
+            }
+            for (int i = 0; i < N; i++) A->free_(p[i]);
+        }
     }
 }
 
@@ -468,6 +494,8 @@ int main(void)
         TEST_API(test_posix_memalign_enomem, API_HAK),
         TEST_API(test_posix_memalign_sweep, API_STD),
         TEST_API(test_posix_memalign_sweep, API_HAK),
+        TEST_API(test_posix_memalign_keeps_errno, API_STD),
+        TEST_API(test_posix_memalign_keeps_errno, API_HAK),
         TEST_API(test_posix_memalign_size_zero, API_STD),
         TEST_API(test_posix_memalign_size_zero, API_HAK),
         TEST_API(test_aligned_alloc, API_STD),
