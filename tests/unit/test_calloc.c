@@ -106,6 +106,39 @@ static void test_calloc_recycled_is_zero(void **state)
     }
 }
 
+/* Every size up to 160 B (calloc zeroes up to 128 B with overlapping
+ * 16-byte stores): the whole request reads zero, and the dirty live blocks
+ * around the recycled one keep every byte of their usable size. */
+static void test_calloc_small_every_size(void **state)
+{
+    const api_t *A = *state;
+    enum { K = 9 };
+    for (size_t n = 0; n <= 160; n++) {
+        unsigned char *p[K];
+        for (int i = 0; i < K; i++) {
+            p[i] = A->malloc_(n);
+            assert_non_null(p[i]);
+            memset(p[i], 0xAA, A->usable(p[i]));
+        }
+        A->free_(p[K / 2]);
+        unsigned char *q = A->calloc_(1, n);
+        assert_non_null(q);
+        size_t bad = first_nonzero(q, n);
+        if (bad != n)
+            fail_msg("calloc(1, %zu) = %p: byte %zu is 0x%02x, not 0", n, (void *)q, bad, q[bad]);
+        for (int i = 0; i < K; i++) {
+            if (i == K / 2) continue;
+            size_t u = A->usable(p[i]);
+            for (size_t k = 0; k < u; k++)
+                if (p[i][k] != 0xAA)
+                    fail_msg("calloc(1, %zu) = %p changed byte %zu of the live block %p", n,
+                             (void *)q, k, (void *)p[i]);
+            A->free_(p[i]);
+        }
+        A->free_(q);
+    }
+}
+
 /* A freed dirty block of a bigger size in the same class. */
 static void test_calloc_recycled_same_class(void **state)
 {
@@ -235,6 +268,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TEST_API(test_calloc_recycled_is_zero, API_STD),
         TEST_API(test_calloc_recycled_is_zero, API_HAK),
+        TEST_API(test_calloc_small_every_size, API_STD),
+        TEST_API(test_calloc_small_every_size, API_HAK),
         TEST_API(test_calloc_recycled_same_class, API_STD),
         TEST_API(test_calloc_recycled_same_class, API_HAK),
         TEST_API(test_calloc_after_cross_thread_free, API_STD),
