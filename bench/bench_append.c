@@ -11,7 +11,8 @@
  * (realloc) and writing the new bytes, until all reached their targets.
  * The buffers stay live until the next round frees them (the first 8 bytes
  * and the last byte are checked then), so a round's buffers overlap the
- * growth of the next one's.  ops = reallocs.
+ * growth of the next one's.  ops = the reallocs that grow a buffer (not
+ * the realloc(NULL) that starts it).
  *
  * The single result line on stdout is
  *   Throughput = N ops/s (rounds=..., buffers=..., min=..., max=..., step=...,
@@ -50,12 +51,12 @@ static inline uint64_t cookie_of(const void *p)
 }
 
 /* realloc carries the first 8 bytes along (the cookie of the buffer's first
- * block) and the last byte holds the low byte of the length. */
-static void check_and_free(const struct buf *b)
+ * block) and the last byte holds the number of steps appended (low byte). */
+static void check_and_free(const struct buf *b, uint64_t step)
 {
     uint64_t got;
     memcpy(&got, b->p, sizeof got);
-    if (got != b->cookie || b->p[b->len - 1] != (unsigned char)b->len) {
+    if (got != b->cookie || b->p[b->len - 1] != (unsigned char)(b->len / step)) {
         fprintf(stderr, PROG ": heap corruption (ptr %p, length %" PRIu64 ")\n",
                 (void *)b->p, b->len);
         exit(1);
@@ -84,6 +85,11 @@ int main(int argc, char **argv)
     arg_or_die(argc, argv, 3, "min", step, SIZE_LIMIT, &min);
     arg_or_die(argc, argv, 4, "max", min, SIZE_LIMIT, &max);
     arg_or_die(argc, argv, 6, "seed", 0, UINT64_MAX, &seed);
+    if (max < min) {           /* max given alone, below the default min */
+        fprintf(stderr, PROG ": max %" PRIu64 " is below min %" PRIu64 "\n", max, min);
+        usage(stderr);
+        return 2;
+    }
 
     struct buf *bufs = calloc(nbuf, sizeof *bufs);
     if (bufs == NULL) {
@@ -96,14 +102,14 @@ int main(int argc, char **argv)
     for (uint64_t r = 0; r < rounds; r++) {
         for (uint64_t i = 0; i < nbuf; i++) {
             struct buf *b = &bufs[i];
-            if (b->p != NULL) check_and_free(b);
+            if (b->p != NULL) check_and_free(b, step);
             b->p = grow(NULL, step);
             b->len = step;
             b->target = min + rng_next(&rng) % (max - min + 1);
             b->cookie = cookie_of(b->p);
             memset(b->p, 0x5A, step);
             memcpy(b->p, &b->cookie, sizeof b->cookie);
-            b->p[step - 1] = (unsigned char)step;
+            b->p[step - 1] = 1;
         }
         for (uint64_t short_of = nbuf; short_of > 0;) {
             short_of = 0;
@@ -113,7 +119,7 @@ int main(int argc, char **argv)
                 b->p = grow(b->p, b->len + step);
                 memset(b->p + b->len, 0x5A, step);
                 b->len += step;
-                b->p[b->len - 1] = (unsigned char)b->len;
+                b->p[b->len - 1] = (unsigned char)(b->len / step);
                 ops++;
                 short_of += b->len < b->target;
             }
@@ -121,7 +127,7 @@ int main(int argc, char **argv)
     }
     double secs = now_sec() - t0;
     struct bench_faults f = faults_since(f0);
-    for (uint64_t i = 0; i < nbuf; i++) check_and_free(&bufs[i]);
+    for (uint64_t i = 0; i < nbuf; i++) check_and_free(&bufs[i], step);
     free(bufs);
     printf("Throughput = %.0f ops/s (rounds=%" PRIu64 ", buffers=%" PRIu64 ", min=%" PRIu64
            ", max=%" PRIu64 ", step=%" PRIu64 ", seed=%" PRIu64 ", time=%.6f s" FAULTS_FMT ")\n",

@@ -195,24 +195,29 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
 }
 
 /* An aligned request up to 1 MiB takes the first class that holds it
- * whose blocks are all aligned (a power-of-two class at the latest).  Its
- * fast path is malloc's pop for that class, and leaves errno alone (NULL:
- * the cache or ring is empty, the profiler's countdown ran out, or the
- * request is for the large tier). */
+ * whose blocks are all aligned (a power-of-two class at the latest); an
+ * alignment of 16 or less (0 from memalign included) is malloc's, every
+ * block being 16-aligned.  The fast path is malloc's pop for that class,
+ * and leaves errno alone (NULL: the cache or ring is empty, the profiler's
+ * countdown ran out, or the request is for the large tier).  align: a power
+ * of two.  The profiler counts what malloc would: the request at an
+ * alignment malloc gives anyway, else the class's block size. */
 static inline HAK_ALLOC_PATH void *aligned_pop(size_t align, size_t size) {
     size_t need = size > align ? size : align;
     if (hak_unlikely(need > HAK_L25_MAX)) return NULL;
     unsigned cls = hak_aligned_class(need, align);
     hak_heap_t *h = hak_tls_fast_heap;
-    size_t bs = hak_class_block_size[cls];
-    void *p = cls < HAK_L2_FIRST ? hak_tiny_alloc_class(h, cls, bs) : hak_pool_alloc(h, cls, bs);
+    size_t counted = align <= 16 ? size : hak_class_block_size[cls];
+    void *p = cls < HAK_L2_FIRST ? hak_tiny_alloc_class(h, cls, counted)
+                                 : hak_pool_alloc(h, cls, counted);
     hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
     return p;
 }
 
-/* The rest: malloc of the class's block size (its slow path: refills,
- * sampling, ENOMEM), or a large block. */
+/* The rest: malloc of the request or of the class's block size (its slow
+ * path: refills, sampling, ENOMEM), or a large block. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *aligned_slow(size_t align, size_t size) {
+    if (align <= 16) return hak_malloc(size);
     size_t need = size > align ? size : align;
     if (need <= HAK_L25_MAX) {
         void *p = hak_malloc(hak_class_block_size[hak_aligned_class(need, align)]);
@@ -223,6 +228,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *aligned_slow(size_t align, size_t size)
 }
 
 HAK_ALLOC_PATH static void *alloc_aligned(size_t align, size_t size) {
+    if (align <= 16) return hak_malloc(size);
     void *p = aligned_pop(align, size);
     return hak_likely(p != NULL) ? p : aligned_slow(align, size);
 }
@@ -514,7 +520,7 @@ HAK_ALLOC_PATH void *hak_realloc(void *p, size_t size) {
      * doubling rather than at every class (four per doubling).  From the
      * L2.5 pool's classes on it is twice the old: every block such a buffer
      * leaves behind is 64 KiB or more that only its own class can reuse, and
-     * at a quarter more a buffer growing to 1 MiB left ten of them (memory
+     * at a quarter more a buffer growing to 1 MiB left nine of them (memory
      * as well as copies: bench_append).  Not past the pools: a large block
      * grows by remapping, with no copy. */
     size_t want = size;

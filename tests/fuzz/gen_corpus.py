@@ -92,6 +92,9 @@ def seed_aligned():
     s += op(POSIX_MEMALIGN, 27, odd_align(4), small(64))     # 24: EINVAL
     s += op(ALIGNED_ALLOC, 27, odd_align(3), small(64))      # 3: EINVAL
     s += op(MEMALIGN, 27, odd_align(8), small(64))           # 12288: rounded up
+    s += op(FREE, 26) + op(FREE, 25)
+    s += op(MEMALIGN, 26, odd_align(0), small(100))          # 0: malloc's
+    s += op(MEMALIGN, 25, odd_align(0), in_tier(2, 900000))
     for i in range(32):
         s += op(FREE, i)
     return s

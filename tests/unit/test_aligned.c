@@ -273,6 +273,25 @@ static void test_memalign(void **state)
     }
 }
 
+/* memalign(0, n) is malloc(n), as glibc's: a block of n's own class, not
+ * one picked by an alignment of 2^64 (the table of aligned classes has no
+ * such entry). */
+static void test_memalign_zero_alignment(void **state)
+{
+    const api_t *A = *state;
+    for (size_t i = 0; i < N_SWEEP; i++) {
+        size_t n = sweep_sizes[i];
+        void *p = A->memalign_(0, n);
+        check_block(A, p, 1, n, "memalign");
+        size_t u = A->usable(p);
+        if (n <= MiB && u > 2 * n + 64)
+            fail_msg("memalign(0, %zu) = %p: usable size %zu, not malloc's class", n, p, u);
+        pat_fill(p, n, n);
+        assert_int_equal(pat_check(p, n, n), n);
+        A->free_(p);
+    }
+}
+
 static void test_valloc(void **state)
 {
     const api_t *A = *state;
@@ -506,6 +525,8 @@ int main(void)
         TEST_API(test_aligned_alloc_bad_alignment, API_HAK),
         TEST_API(test_memalign, API_STD),
         TEST_API(test_memalign, API_HAK),
+        TEST_API(test_memalign_zero_alignment, API_STD),
+        TEST_API(test_memalign_zero_alignment, API_HAK),
         TEST_API(test_valloc, API_STD),
         TEST_API(test_valloc, API_HAK),
         TEST_API(test_pvalloc, API_STD),
