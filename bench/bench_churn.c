@@ -41,7 +41,6 @@ struct slot {
 };
 
 struct worker {
-    pthread_t tid;
     unsigned index;
     uint64_t rng;
     struct slot *tab;
@@ -150,33 +149,8 @@ int main(int argc, char **argv)
         }
     }
 
-    int rc = pthread_barrier_init(&g_start, NULL, n + 1);
-    if (rc != 0) {
-        fprintf(stderr, PROG ": pthread_barrier_init: %s\n", strerror(rc));
-        return 1;
-    }
-    for (unsigned t = 0; t < n; t++) {
-        rc = pthread_create(&workers[t].tid, NULL, worker_main, &workers[t]);
-        if (rc != 0) {
-            fprintf(stderr, PROG ": pthread_create (thread %u): %s\n", t, strerror(rc));
-            fatal();
-        }
-    }
-
-    pthread_barrier_wait(&g_start);
-    struct bench_faults f0 = faults_now();
-    double t0 = now_sec();
-    pthread_barrier_wait(&g_start);
-    for (unsigned t = 0; t < n; t++) {
-        rc = pthread_join(workers[t].tid, NULL);
-        if (rc != 0) {
-            fprintf(stderr, PROG ": pthread_join (thread %u): %s\n", t, strerror(rc));
-            fatal();
-        }
-    }
-    double t1 = now_sec();
-    struct bench_faults df = faults_since(f0);
-    pthread_barrier_destroy(&g_start);
+    struct bench_faults df;
+    double secs = bench_run_timed(n, worker_main, workers, sizeof *workers, &g_start, &df);
 
     for (unsigned t = 0; t < n; t++) {
         for (uint64_t i = 0; i < g_slots; i++) drop_block(&workers[t].tab[i], t);
@@ -184,9 +158,6 @@ int main(int argc, char **argv)
     }
     free(workers);
 
-    double secs = t1 - t0;
-    if (secs < 1e-9)
-        secs = 1e-9;
     uint64_t tput = (uint64_t)(2.0 * (double)nthreads * (double)g_cycles / secs);
     printf("Throughput = %" PRIu64 " ops/s (threads=%" PRIu64 ", cycles=%" PRIu64
            ", slots=%" PRIu64 ", min=%" PRIu64 ", max=%" PRIu64 ", seed=%" PRIu64

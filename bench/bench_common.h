@@ -17,6 +17,8 @@
  *   faults_now()        the process's page faults so far (getrusage, all threads,
  *                       live and exited); faults_since() the delta from a sample
  *   peak_rss_kib()      the process's peak resident set (getrusage ru_maxrss)
+ *   bench_run_timed()   start worker threads behind a two-phase barrier,
+ *                       time them from "go" to the last join
  *
  * Every benchmark's result line is
  *   Throughput = N ops/s (..., time=T s, minflt=A, majflt=B)
@@ -34,6 +36,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +168,51 @@ BENCH_UNUSED static uint64_t peak_rss_kib(void)
     if (getrusage(RUSAGE_SELF, &ru) != 0 || ru.ru_maxrss < 0)
         return 0;
     return (uint64_t)ru.ru_maxrss;
+}
+
+/* n threads run fn(base + i * stride), i < n; each waits twice on *start
+ * (1: it is ready, its table filled; 2: go) before its timed work.  The
+ * clock and the page faults are read between the two waits, so no thread
+ * starts its work before t0 and thread start-up is not timed; the time ends
+ * when the last thread is joined.  Returns the seconds (at least 1 ns) and
+ * the faults of that span; a failed pthread call ends the program. */
+BENCH_UNUSED static double bench_run_timed(unsigned n, void *(*fn)(void *), void *base,
+                                           size_t stride, pthread_barrier_t *start,
+                                           struct bench_faults *faults)
+{
+    pthread_t *tid = calloc(n, sizeof *tid);
+    if (tid == NULL) {
+        fprintf(stderr, PROG ": out of memory\n");
+        exit(1);
+    }
+    int rc = pthread_barrier_init(start, NULL, n + 1);
+    if (rc != 0) {
+        fprintf(stderr, PROG ": pthread_barrier_init: %s\n", strerror(rc));
+        exit(1);
+    }
+    for (unsigned t = 0; t < n; t++) {
+        rc = pthread_create(&tid[t], NULL, fn, (char *)base + (size_t)t * stride);
+        if (rc != 0) {
+            fprintf(stderr, PROG ": pthread_create (thread %u): %s\n", t, strerror(rc));
+            fatal();
+        }
+    }
+    pthread_barrier_wait(start);
+    struct bench_faults f0 = faults_now();
+    double t0 = now_sec();
+    pthread_barrier_wait(start);
+    for (unsigned t = 0; t < n; t++) {
+        rc = pthread_join(tid[t], NULL);
+        if (rc != 0) {
+            fprintf(stderr, PROG ": pthread_join (thread %u): %s\n", t, strerror(rc));
+            fatal();
+        }
+    }
+    double secs = now_sec() - t0;
+    *faults = faults_since(f0);
+    pthread_barrier_destroy(start);
+    free(tid);
+    return secs < 1e-9 ? 1e-9 : secs;
 }
 
 #endif /* HAKMEM_BENCH_COMMON_H */

@@ -36,7 +36,6 @@ struct slot {
 };
 
 struct worker {
-    pthread_t tid;
     unsigned index;
     uint64_t seed;
     struct slot *tab;        /* handed to main for the final cleanup */
@@ -158,35 +157,8 @@ int main(int argc, char **argv)
         memset(workers[t].tab, 0, bytes);
     }
 
-    int rc = pthread_barrier_init(&g_start, NULL, n + 1);
-    if (rc != 0) {
-        fprintf(stderr, PROG ": pthread_barrier_init: %s\n", strerror(rc));
-        return 1;
-    }
-    for (unsigned t = 0; t < n; t++) {
-        rc = pthread_create(&workers[t].tid, NULL, worker_main, &workers[t]);
-        if (rc != 0) {
-            fprintf(stderr, PROG ": pthread_create (thread %u): %s\n", t, strerror(rc));
-            fatal();
-        }
-    }
-
-    /* Read the clock between the two barrier phases: no worker can start
-     * before t0, and thread start-up is not timed. */
-    pthread_barrier_wait(&g_start);
-    struct bench_faults f0 = faults_now();
-    double t0 = now_sec();
-    pthread_barrier_wait(&g_start);
-    for (unsigned t = 0; t < n; t++) {
-        rc = pthread_join(workers[t].tid, NULL);
-        if (rc != 0) {
-            fprintf(stderr, PROG ": pthread_join (thread %u): %s\n", t, strerror(rc));
-            fatal();
-        }
-    }
-    double t1 = now_sec();
-    struct bench_faults df = faults_since(f0);
-    pthread_barrier_destroy(&g_start);
+    struct bench_faults df;
+    double secs = bench_run_timed(n, worker_main, workers, sizeof *workers, &g_start, &df);
 
     /* Cleanup outside the timed region: verify and free what is still live. */
     for (unsigned t = 0; t < n; t++) {
@@ -201,9 +173,6 @@ int main(int argc, char **argv)
     }
     free(workers);
 
-    double secs = t1 - t0;
-    if (secs < 1e-9)
-        secs = 1e-9;
     double ops = (double)nthreads * (double)g_cycles;
     uint64_t tput = (uint64_t)(ops / secs);
     printf("Throughput = %" PRIu64 " ops/s (threads=%" PRIu64 ", cycles=%" PRIu64
