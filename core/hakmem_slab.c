@@ -111,10 +111,26 @@ static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
     }
 }
 
+static void retire_spares(hak_heap_t *h, unsigned except);
+
+/* A new slab of class cls.  Before its heap maps another SuperSlab, the
+ * empty slabs it keeps for other classes (slab_keep_empty) go back to their
+ * SuperSlabs, and their pages, resident, serve the span if they make a
+ * long enough run: a program whose blocks move up through the classes (a
+ * buffer grown by realloc, 320 KiB then 640 KiB then 1 MiB) otherwise keeps
+ * every class's freed blocks as spares while each new class maps fresh
+ * memory (100 buffers appended to side by side: 38 SuperSlabs, each class
+ * it had left full of spares).  Spares are for a class that empties and
+ * refills; one that is not refilled while its heap grows is not worth a
+ * new SuperSlab. */
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
-    bool revived;
-    hak_slab_t *s = hak_ss_span_alloc(h, hak_class_span_pages(cls), hak_class_span_align(cls),
-                                      cls < HAK_L2_FIRST, &revived);
+    bool revived, page0 = cls < HAK_L2_FIRST;
+    unsigned npages = hak_class_span_pages(cls), align = hak_class_span_align(cls);
+    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, page0, false, &revived);
+    if (s == NULL) {
+        retire_spares(h, cls);
+        s = hak_ss_span_alloc(h, npages, align, page0, true, &revived);
+    }
     if (s == NULL) return NULL;
     hak_superslab_t *ss = hak_ss_of(s);
     if (revived) ss_slabs_unpark(h, ss);    /* before s, whose span is still unused */
@@ -377,6 +393,21 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
         if (o != s && slab_used(o) == 0 && ++empty >= keep) return false;
     }
     return true;
+}
+
+/* Every empty queued slab of h's classes but `except` back to its
+ * SuperSlab (slab_new, under h's lock).  The shared heap's count of them
+ * says which classes hold any. */
+static void retire_spares(hak_heap_t *h, unsigned except) {
+    for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
+        if (c == except || (h->l25_shared && shared_spares[c] == 0)) continue;
+        for (hak_slab_t *s = h->queue_head[c], *next; s != &hak_empty_slab && s != NULL; s = next) {
+            next = s->next;
+            if (slab_used(s) != 0 || hak_remote_notify_in_flight(s, false)) continue;
+            slab_retire(h, s);
+            if (h->l25_shared && --shared_spares[c] == 0) break;
+        }
+    }
 }
 
 /* An empty queued slab goes back to its SuperSlab unless the heap keeps it

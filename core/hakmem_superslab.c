@@ -321,13 +321,13 @@ static inline bool fit_better(span_fit_t *best, hak_superslab_t *ss, int idx, un
  * best fit of any free run of a HOT one, from the room list of the span's
  * length up (an exact fit ends either search); then a DRAINING one is
  * revived (*revived: its slabs are the caller's to put back in service);
- * then a new SuperSlab.  A heap of more than SPAN_LOOK_MIN SuperSlabs looks
+ * then, where the caller lets it grow, a new SuperSlab.  A heap of more than SPAN_LOOK_MIN SuperSlabs looks
  * at SPAN_LOOK more once a run fits, not at all of them, and at most at
  * SPAN_LOOK of a list where none does (the dirty list, the span's own room
  * list, the DRAINING ones): it gives up a few pages' reuse, never a search
  * of hundreds.  A smaller heap keeps the exact best fit. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
-                              bool *revived) {
+                              bool may_grow, bool *revived) {
     *revived = false;
     bool big = h->ss_count > SPAN_LOOK_MIN;
     span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
@@ -372,6 +372,7 @@ hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pag
         }
     }
     if (ss == NULL) {
+        if (!may_grow) return NULL;
         ss = ss_new(h);
         if (ss == NULL) return NULL;
         idx = find_run(ss->free_pages, npages, align_pages, page0, &len);

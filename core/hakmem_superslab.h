@@ -6,8 +6,11 @@
 
 #include "hakmem_types.h"
 
+/* A span of npages pages (aligned to align_pages; page0: it may take page
+ * 0) in one of h's SuperSlabs, or in a SuperSlab it maps when none has room
+ * and may_grow (NULL when it may not). */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
-                                          bool page0, bool *revived);
+                                          bool page0, bool may_grow, bool *revived);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, hak_purge_scan_t *sc);
 HAK_INTERNAL void hak_ss_purge_cache(hak_purge_scan_t *sc);

@@ -26,7 +26,15 @@
  *     freed in each and given back (no dirty pages left to prefer).  40 new
  *     one-page spans take those 40 pages and map no SuperSlab: the ones
  *     with only page 0 free are not in their way (with them in room list 1,
- *     the eighth span mapped one); a Tiny span then takes a page 0. */
+ *     the eighth span mapped one); a Tiny span then takes a page 0.
+ *
+ * test_spares_give_way
+ *     A heap keeps empty slabs of a class for its next refills, but maps no
+ *     SuperSlab while they could make room: 16 one-page slabs of 32 KiB
+ *     blocks filled and emptied (kept: the bound is 16) and 47 one-page
+ *     slabs of 8 KiB blocks, live, fill a SuperSlab; four 4-page slabs of
+ *     28 KiB blocks then take the spares' 16 pages, retired, and the heap
+ *     still has one SuperSlab (it mapped a second while it kept them). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,6 +45,10 @@
 #include "hakmem_init.h"
 #include "hakmem_options.h"
 #include "hakmem_superslab.h"
+#include "hakmem_slab.h"
+#include "box/block_link_box.h"
+#include "box/size_class_box.h"
+#include "box/slab_push_box.h"
 #include "box/chunk_map_box.h"
 
 #define SS_N       40
@@ -128,7 +140,7 @@ static void free_all(hak_heap_t *h)
 static hak_slab_t *take(hak_heap_t *h, unsigned npages, unsigned align, bool tiny)
 {
     bool revived;
-    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, tiny, &revived);
+    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, tiny, true, &revived);
     assert_non_null(s);
     return s;
 }
@@ -269,12 +281,67 @@ static void test_span_search_one_page_spans(void **state)
     free_all(h);
 }
 
+/* Blocks of class cls, one refill at a time, into out: as many as slabs
+ * of `per` blocks each, `slabs` of them, hold. */
+static unsigned take_blocks(hak_heap_t *h, unsigned cls, unsigned slabs, unsigned per, void **out)
+{
+    unsigned n = 0;
+    while (n < slabs * per) {
+        hak_block_t *chain = NULL;
+        unsigned got = hak_class_take(h, cls, slabs * per - n, slabs * per - n, &chain);
+        assert_true(got > 0);
+        for (unsigned i = 0; i < got; i++, chain = hak_link_get(chain)) out[n++] = chain;
+    }
+    return n;
+}
+
+/* Block p back onto its slab, as a flush sends it (marked free first). */
+static void give_back(hak_heap_t *h, void *p)
+{
+    hak_slab_t *s = hak_slab_of(p);
+    hak_block_mark_free(p);
+    if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
+}
+
+static void test_spares_give_way(void **state)
+{
+    (void)state;
+    hak_heap_t *h = owned_heap();
+    enum { SPARES = 16, FILL = HAK_SS_PAGES - 1 - SPARES, NEW = 4 };
+    unsigned a = hak_size_class(32768), b = hak_size_class(8192), c = hak_size_class(28672);
+    assert_int_equal(hak_class_span_pages(a), 1);
+    assert_int_equal(hak_class_span_pages(b), 1);
+    assert_int_equal(hak_class_span_pages(c), 4);
+    unsigned per_a = (unsigned)(HAK_PAGE_SIZE / 32768), per_b = (unsigned)(HAK_PAGE_SIZE / 8192);
+    static void *as[SPARES * 2], *bs[FILL * 8], *cs[NEW * 16];
+    unsigned na = take_blocks(h, a, SPARES, per_a, as);
+    unsigned nb = take_blocks(h, b, FILL, per_b, bs);
+    assert_int_equal(h->ss_count, 1);
+    hak_superslab_t *ss = h->ss_list;
+    assert_int_equal(ss->free_pages, 1);           /* page 0 only (Tiny's) */
+    for (unsigned i = 0; i < na; i++) give_back(h, as[i]);
+    unsigned kept = 0;
+    for (unsigned i = 0; i < na; i += per_a) kept += hak_slab_of(as[i])->cls == a;
+    assert_int_equal(kept, SPARES);                /* all still slabs of their class */
+    assert_int_equal(ss->free_pages, 1);
+    /* 4 slabs of 4 pages: one block of each, its first */
+    unsigned per_c = (unsigned)((4 * HAK_PAGE_SIZE) / 28672);
+    unsigned nc = take_blocks(h, c, NEW, per_c, cs);
+    assert_int_equal(h->ss_count, 1);              /* no SuperSlab mapped */
+    for (unsigned i = 0; i < nc; i++) assert_ptr_equal(hak_ss_of(hak_slab_of(cs[i])), ss);
+    check_index(h);
+    for (unsigned i = 0; i < nb; i++) give_back(h, bs[i]);
+    for (unsigned i = 0; i < nc; i++) give_back(h, cs[i]);
+    hak_heap_unlock(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_span_search_tiny),
         cmocka_unit_test(test_span_search_long_spans),
         cmocka_unit_test(test_span_search_one_page_spans),
+        cmocka_unit_test(test_spares_give_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
