@@ -113,21 +113,25 @@ static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
 
 static void retire_spares(hak_heap_t *h, unsigned except);
 
-/* A new slab of class cls.  Before its heap maps another SuperSlab, the
- * empty slabs it keeps for other classes (slab_keep_empty) go back to their
- * SuperSlabs, and their pages, resident, serve the span if they make a
- * long enough run: a program whose blocks move up through the classes (a
- * buffer grown by realloc, 320 KiB then 640 KiB then 1 MiB) otherwise keeps
- * every class's freed blocks as spares while each new class maps fresh
- * memory (100 buffers appended to side by side: 38 SuperSlabs, each class
- * it had left full of spares).  Spares are for a class that empties and
- * refills; one that is not refilled while its heap grows is not worth a
- * new SuperSlab. */
+/* A new slab of class cls.  Before the shared L2.5 heap maps another
+ * SuperSlab, the empty slabs it keeps for other classes (slab_keep_empty)
+ * go back to their SuperSlabs, and their pages (resident, unless the purge
+ * delay is 0) serve the span if they make a long enough run: a program
+ * whose blocks move up through the classes (a buffer grown by realloc, 320
+ * KiB then 640 KiB then 1 MiB) otherwise keeps every class's freed blocks
+ * as spares while each new class maps fresh memory (100 buffers appended
+ * to side by side: 38 SuperSlabs, each class it had passed full of
+ * spares).  Spares are for a class that empties and refills; one that is
+ * not refilled while its heap grows is not worth a new SuperSlab.  Not the
+ * thread heaps, whose spares are a quarter as many: a thread whose heap
+ * retired them so took several times longer to see the memory of exited
+ * threads go back while it worked (test_thread_exit with
+ * HAKMEM_PROFILE_LEAKS=1), and no row's memory moved with it. */
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     bool revived, page0 = cls < HAK_L2_FIRST;
     unsigned npages = hak_class_span_pages(cls), align = hak_class_span_align(cls);
-    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, page0, false, &revived);
-    if (s == NULL) {
+    hak_slab_t *s = hak_ss_span_alloc(h, npages, align, page0, !h->l25_shared, &revived);
+    if (s == NULL && h->l25_shared) {
         retire_spares(h, cls);
         s = hak_ss_span_alloc(h, npages, align, page0, true, &revived);
     }
@@ -395,17 +399,17 @@ static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     return true;
 }
 
-/* Every empty queued slab of h's classes but `except` back to its
- * SuperSlab (slab_new, under h's lock).  The shared heap's count of them
- * says which classes hold any. */
+/* Every empty queued slab of the shared heap h's classes but `except`
+ * back to its SuperSlab (slab_new, under h's lock): as many as its count
+ * of them says each class holds. */
 static void retire_spares(hak_heap_t *h, unsigned except) {
     for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
-        if (c == except || (h->l25_shared && shared_spares[c] == 0)) continue;
+        if (c == except || shared_spares[c] == 0) continue;
         for (hak_slab_t *s = h->queue_head[c], *next; s != &hak_empty_slab && s != NULL; s = next) {
             next = s->next;
             if (slab_used(s) != 0 || hak_remote_notify_in_flight(s, false)) continue;
             slab_retire(h, s);
-            if (h->l25_shared && --shared_spares[c] == 0) break;
+            if (--shared_spares[c] == 0) break;
         }
     }
 }

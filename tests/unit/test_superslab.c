@@ -29,12 +29,13 @@
  *     the eighth span mapped one); a Tiny span then takes a page 0.
  *
  * test_spares_give_way
- *     A heap keeps empty slabs of a class for its next refills, but maps no
- *     SuperSlab while they could make room: 16 one-page slabs of 32 KiB
- *     blocks filled and emptied (kept: the bound is 16) and 47 one-page
- *     slabs of 8 KiB blocks, live, fill a SuperSlab; four 4-page slabs of
- *     28 KiB blocks then take the spares' 16 pages, retired, and the heap
- *     still has one SuperSlab (it mapped a second while it kept them). */
+ *     The shared L2.5 heap keeps empty slabs of a class for its next
+ *     refills, but maps no SuperSlab while they could make room.  On a
+ *     heap of no thread run as the shared one: 8 three-page slabs of
+ *     96 KiB blocks filled and emptied (kept) and 39 one-page slabs of
+ *     8 KiB blocks, live, fill a SuperSlab; six 4-page slabs of 28 KiB
+ *     blocks then take the spares' 24 pages, retired, and the heap still
+ *     has one SuperSlab (it mapped a second while it kept them). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -307,29 +308,34 @@ static void test_spares_give_way(void **state)
 {
     (void)state;
     hak_heap_t *h = owned_heap();
-    enum { SPARES = 16, FILL = HAK_SS_PAGES - 1 - SPARES, NEW = 4 };
-    unsigned a = hak_size_class(32768), b = hak_size_class(8192), c = hak_size_class(28672);
-    assert_int_equal(hak_class_span_pages(a), 1);
+    h->l25_shared = true;       /* its spares counted as the shared heap's */
+    enum { SPARES = 8, A_PAGES = 3, FILL = HAK_SS_PAGES - 1 - SPARES * A_PAGES, C_PAGES = 4,
+           NEW = SPARES * A_PAGES / C_PAGES };
+    unsigned a = hak_size_class(98304), b = hak_size_class(8192), c = hak_size_class(28672);
+    assert_int_equal(hak_class_span_pages(a), A_PAGES);
     assert_int_equal(hak_class_span_pages(b), 1);
-    assert_int_equal(hak_class_span_pages(c), 4);
-    unsigned per_a = (unsigned)(HAK_PAGE_SIZE / 32768), per_b = (unsigned)(HAK_PAGE_SIZE / 8192);
-    static void *as[SPARES * 2], *bs[FILL * 8], *cs[NEW * 16];
+    assert_int_equal(hak_class_span_pages(c), C_PAGES);
+    unsigned per_a = (unsigned)(A_PAGES * HAK_PAGE_SIZE / 98304);
+    unsigned per_b = (unsigned)(HAK_PAGE_SIZE / 8192);
+    unsigned per_c = (unsigned)(C_PAGES * HAK_PAGE_SIZE / 28672);
+    static void *as[SPARES * 2], *bs[FILL * 8], *cs[NEW * 9];
+    assert_true(per_a <= 2 && per_b <= 8 && per_c <= 9);
     unsigned na = take_blocks(h, a, SPARES, per_a, as);
     unsigned nb = take_blocks(h, b, FILL, per_b, bs);
     assert_int_equal(h->ss_count, 1);
     hak_superslab_t *ss = h->ss_list;
     assert_int_equal(ss->free_pages, 1);           /* page 0 only (Tiny's) */
     for (unsigned i = 0; i < na; i++) give_back(h, as[i]);
-    unsigned kept = 0;
-    for (unsigned i = 0; i < na; i += per_a) kept += hak_slab_of(as[i])->cls == a;
-    assert_int_equal(kept, SPARES);                /* all still slabs of their class */
+    for (unsigned i = 0; i < na; i += per_a) {     /* kept: all still slabs */
+        const hak_slab_t *s = hak_slab_of(as[i]);
+        assert_true(s->tier == HAK_TIER_L25 && s->cls == a);
+    }
     assert_int_equal(ss->free_pages, 1);
-    /* 4 slabs of 4 pages: one block of each, its first */
-    unsigned per_c = (unsigned)((4 * HAK_PAGE_SIZE) / 28672);
     unsigned nc = take_blocks(h, c, NEW, per_c, cs);
     assert_int_equal(h->ss_count, 1);              /* no SuperSlab mapped */
     for (unsigned i = 0; i < nc; i++) assert_ptr_equal(hak_ss_of(hak_slab_of(cs[i])), ss);
     check_index(h);
+    h->l25_shared = false;      /* (the shared heap's counts as they were) */
     for (unsigned i = 0; i < nb; i++) give_back(h, bs[i]);
     for (unsigned i = 0; i < nc; i++) give_back(h, cs[i]);
     hak_heap_unlock(h);
