@@ -114,19 +114,13 @@ static void ss_slabs_unpark(hak_heap_t *h, hak_superslab_t *ss) {
 static void retire_spares(hak_heap_t *h, unsigned except);
 
 /* A new slab of class cls.  Before the shared L2.5 heap maps another
- * SuperSlab, the empty slabs it keeps for other classes (slab_keep_empty)
- * go back to their SuperSlabs, and their pages (resident, unless the purge
- * delay is 0) serve the span if they make a long enough run: a program
- * whose blocks move up through the classes (a buffer grown by realloc, 320
- * KiB then 640 KiB then 1 MiB) otherwise keeps every class's freed blocks
- * as spares while each new class maps fresh memory (100 buffers appended
- * to side by side: 38 SuperSlabs, each class it had passed full of
- * spares).  Spares are for a class that empties and refills; one that is
- * not refilled while its heap grows is not worth a new SuperSlab.  Not the
- * thread heaps, whose spares are a quarter as many: a thread whose heap
- * retired them so took several times longer to see the memory of exited
- * threads go back while it worked (test_thread_exit with
- * HAKMEM_PROFILE_LEAKS=1), and no row's memory moved with it. */
+ * SuperSlab, the empty slabs it keeps for other classes go back to their
+ * SuperSlabs and the search runs again: a spare is for its class's next
+ * refill, not worth a new SuperSlab while another class needs memory
+ * (blocks that move up through the classes, as a buffer grown by realloc,
+ * left every class they passed full of spares).  The thread heaps, with a
+ * quarter as many spares, grow at once: retiring theirs slowed the give-
+ * back of exited threads' memory.  docs/ARCHITECTURE.md section 5. */
 static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     bool revived, page0 = cls < HAK_L2_FIRST;
     unsigned npages = hak_class_span_pages(cls), align = hak_class_span_align(cls);

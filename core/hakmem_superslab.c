@@ -321,11 +321,12 @@ static inline bool fit_better(span_fit_t *best, hak_superslab_t *ss, int idx, un
  * best fit of any free run of a HOT one, from the room list of the span's
  * length up (an exact fit ends either search); then a DRAINING one is
  * revived (*revived: its slabs are the caller's to put back in service);
- * then, where the caller lets it grow, a new SuperSlab.  A heap of more than SPAN_LOOK_MIN SuperSlabs looks
- * at SPAN_LOOK more once a run fits, not at all of them, and at most at
- * SPAN_LOOK of a list where none does (the dirty list, the span's own room
- * list, the DRAINING ones): it gives up a few pages' reuse, never a search
- * of hundreds.  A smaller heap keeps the exact best fit. */
+ * then, where the caller lets it grow, a new SuperSlab.  A heap of more
+ * than SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK more once a run fits,
+ * not at all of them, and at most at SPAN_LOOK of a list where none does
+ * (the dirty list, the span's own room list, the DRAINING ones): it gives
+ * up a few pages' reuse, never a search of hundreds.  A smaller heap keeps
+ * the exact best fit. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool may_grow, bool *revived) {
     *revived = false;

@@ -8,7 +8,7 @@
 
 /* A span of npages pages (aligned to align_pages; page0: it may take page
  * 0) in one of h's SuperSlabs, or in a SuperSlab it maps when none has room
- * and may_grow (NULL when it may not). */
+ * and may_grow; NULL when it may not grow, or no SuperSlab could be had. */
 HAK_INTERNAL hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages,
                                           bool page0, bool may_grow, bool *revived);
 HAK_INTERNAL void hak_ss_span_free(hak_heap_t *h, hak_slab_t *s);

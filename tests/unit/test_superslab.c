@@ -335,7 +335,7 @@ static void test_spares_give_way(void **state)
     assert_int_equal(h->ss_count, 1);              /* no SuperSlab mapped */
     for (unsigned i = 0; i < nc; i++) assert_ptr_equal(hak_ss_of(hak_slab_of(cs[i])), ss);
     check_index(h);
-    h->l25_shared = false;      /* (the shared heap's counts as they were) */
+    h->l25_shared = false;      /* its own spares again, not the shared heap's count */
     for (unsigned i = 0; i < nb; i++) give_back(h, bs[i]);
     for (unsigned i = 0; i < nc; i++) give_back(h, cs[i]);
     hak_heap_unlock(h);
