@@ -98,13 +98,14 @@ Benchmark ids (docs/benchmarks/README.md describes each):
   random_mixed_ws262144 mid_large_mt_t1 mid_large_mt_t2 churn_t2 larson_t1 larson_t2
   larson_mb_t2 larson_short_t1 larson_short_t2 xthread xthread_large
   transfer_t2 many_threads large_reuse large_reuse_calloc large_reuse_long
-  bulk_forward bulk_random append python_threads rss
+  bulk_forward bulk_random evict append python_threads rss
 (rss only when bench_rss_system exists).  Sizes can be overridden with the
 environment variables BENCH_RM_CYCLES, BENCH_MID_CYCLES,
 BENCH_LARSON_SECONDS (every larson row), BENCH_XTHREAD_SECONDS,
 BENCH_TRANSFER_ROUNDS, BENCH_THREADS_WAVES, BENCH_LARGE_REPS,
 BENCH_BULK_ROUNDS (bulk rows: 10; --quick: 3), BENCH_CHURN_CYCLES (churn_t2:
-1000000; --quick: 250000), BENCH_APPEND_ROUNDS (append: 10; --quick: 3),
+1000000; --quick: 250000), BENCH_EVICT_OPS (evict: 20000000; --quick:
+5000000), BENCH_APPEND_ROUNDS (append: 10; --quick: 3),
 BENCH_PY_ROUNDS (python_threads: 30; --quick: 10) and
 BENCH_RSS_ARGS (bench_rss arguments: default none = 512 MiB; --quick: 256).
 EOF
@@ -932,7 +933,7 @@ if [ $QUICK = 1 ]; then
     MT_WAVES=${BENCH_THREADS_WAVES:-3};  LR_REPS=${BENCH_LARGE_REPS:-20}
     PY_ROUNDS=${BENCH_PY_ROUNDS:-10};    RSS_ARGS=${BENCH_RSS_ARGS-256}
     BULK_ROUNDS=${BENCH_BULK_ROUNDS:-3}; CHURN_CYC=${BENCH_CHURN_CYCLES:-250000}
-    APPEND_ROUNDS=${BENCH_APPEND_ROUNDS:-3}
+    APPEND_ROUNDS=${BENCH_APPEND_ROUNDS:-3}; EVICT_OPS=${BENCH_EVICT_OPS:-5000000}
 else
     RM_CYC=${BENCH_RM_CYCLES:-10000000}; MID_CYC=${BENCH_MID_CYCLES:-8000000}
     LARSON_S=${BENCH_LARSON_SECONDS:-2}; LARSON_MB_S=${BENCH_LARSON_SECONDS:-5}
@@ -940,7 +941,7 @@ else
     MT_WAVES=${BENCH_THREADS_WAVES:-10}; LR_REPS=${BENCH_LARGE_REPS:-100}
     PY_ROUNDS=${BENCH_PY_ROUNDS:-30};    RSS_ARGS=${BENCH_RSS_ARGS-}
     BULK_ROUNDS=${BENCH_BULK_ROUNDS:-10}; CHURN_CYC=${BENCH_CHURN_CYCLES:-1000000}
-    APPEND_ROUNDS=${BENCH_APPEND_ROUNDS:-10}
+    APPEND_ROUNDS=${BENCH_APPEND_ROUNDS:-10}; EVICT_OPS=${BENCH_EVICT_OPS:-20000000}
 fi
 # id | binary | arguments | label
 BENCH_TABLE="random_mixed_ws400|bench_random_mixed|$RM_CYC 400|bench_random_mixed ws=400
@@ -964,6 +965,7 @@ large_reuse_calloc|bench_large_reuse|$LR_REPS 20 5 25 calloc|large reuse 5-25 Mi
 large_reuse_long|bench_large_reuse|$((LR_REPS * 10)) 20 5 25 memset|large reuse 5-25 MiB memset, long
 bulk_forward|bench_bulk|$BULK_ROUNDS 1000000 16 256 forward|1M blocks built, freed in order
 bulk_random|bench_bulk|$BULK_ROUNDS 1000000 16 256 random|1M blocks built, freed at random
+evict|bench_evict|$EVICT_OPS 262144 8 71|short strings replaced unread, 262144 slots
 append|bench_append|$APPEND_ROUNDS 100 65536 1048576 1024|100 buffers grown to 64 KiB-1 MiB by 1 KiB
 python_threads|bench_py_threads|8 $PY_ROUNDS 42|python3 8 threads, strings and bytearrays
 rss|bench_rss|$RSS_ARGS|bench_rss (memory)"
