@@ -85,11 +85,7 @@ int main(int argc, char **argv)
     arg_or_die(argc, argv, 3, "min", step, SIZE_LIMIT, &min);
     arg_or_die(argc, argv, 4, "max", min, SIZE_LIMIT, &max);
     arg_or_die(argc, argv, 6, "seed", 0, UINT64_MAX, &seed);
-    if (max < min) {           /* max given alone, below the default min */
-        fprintf(stderr, PROG ": max %" PRIu64 " is below min %" PRIu64 "\n", max, min);
-        usage(stderr);
-        return 2;
-    }
+    range_or_die("min", min, "max", max);   /* (max given alone may be below the default min) */
 
     struct buf *bufs = calloc(nbuf, sizeof *bufs);
     if (bufs == NULL) {

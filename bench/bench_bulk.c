@@ -89,11 +89,7 @@ int main(int argc, char **argv)
         order = (enum order)k;
     }
     arg_or_die(argc, argv, 6, "seed", 0, UINT64_MAX, &seed);
-    if (min > max) {
-        fprintf(stderr, PROG ": min (%" PRIu64 ") must not exceed max (%" PRIu64 ")\n", min, max);
-        usage(stderr);
-        return 2;
-    }
+    range_or_die("min", min, "max", max);
 
     struct slot *tab = malloc((size_t)blocks * sizeof *tab);
     uint32_t *perm = order == RANDOM ? malloc((size_t)blocks * sizeof *perm) : NULL;

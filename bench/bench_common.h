@@ -10,6 +10,7 @@
  *   bench_check_args()  -h / --help: usage, exit 0; too many arguments: exit 2
  *   parse_u64()         a decimal integer within [lo, hi]
  *   arg_or_die()        optional positional argument i, or usage and exit 2
+ *   range_or_die()      a lower bound above its upper bound: usage and exit 2
  *   rng_next()          splitmix64 PRNG
  *   below()             uniform in [0, n) from the upper half of a random word
  *   now_sec()           CLOCK_MONOTONIC in seconds
@@ -101,6 +102,19 @@ BENCH_UNUSED static void arg_or_die(int argc, char **argv, int i, const char *na
         usage(stderr);
         exit(2);
     }
+}
+
+/* Two arguments that bound a range (min and max sizes): the first must
+ * not exceed the second. */
+BENCH_UNUSED static void range_or_die(const char *lo_name, uint64_t lo, const char *hi_name,
+                                      uint64_t hi)
+{
+    if (lo <= hi)
+        return;
+    fprintf(stderr, PROG ": %s (%" PRIu64 ") must not exceed %s (%" PRIu64 ")\n", lo_name, lo,
+            hi_name, hi);
+    usage(stderr);
+    exit(2);
 }
 
 /* splitmix64: tiny, fast, accepts any state. */

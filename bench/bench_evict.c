@@ -46,11 +46,7 @@ int main(int argc, char **argv)
     arg_or_die(argc, argv, 3, "min", 1, SIZE_LIMIT, &min);
     arg_or_die(argc, argv, 4, "max", 1, SIZE_LIMIT, &max);
     arg_or_die(argc, argv, 5, "seed", 0, UINT64_MAX, &seed);
-    if (min > max) {
-        fprintf(stderr, PROG ": min (%" PRIu64 ") must not exceed max (%" PRIu64 ")\n", min, max);
-        usage(stderr);
-        return 2;
-    }
+    range_or_die("min", min, "max", max);
 
     unsigned char **tab = calloc((size_t)slots, sizeof *tab);
     uint16_t *len = calloc((size_t)slots, sizeof *len);

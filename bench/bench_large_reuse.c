@@ -110,12 +110,7 @@ int main(int argc, char **argv)
         }
     }
     arg_or_die(argc, argv, 6, "seed", 0, UINT64_MAX, &seed);
-    if (min_mib > max_mib) {
-        fprintf(stderr, PROG ": min_mib (%" PRIu64 ") must not exceed max_mib (%" PRIu64 ")\n",
-                min_mib, max_mib);
-        usage(stderr);
-        return 2;
-    }
+    range_or_die("min_mib", min_mib, "max_mib", max_mib);
 
     const uint64_t lo = min_mib << 20, span = ((max_mib - min_mib) << 20) + 1;
     struct buf *tab = calloc((size_t)live, sizeof *tab);

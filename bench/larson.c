@@ -242,12 +242,7 @@ int main(int argc, char **argv)
     arg_or_die(argc, argv, 5, "rounds", 1, UINT64_MAX / CHUNKS_LIMIT, &g_rounds);
     arg_or_die(argc, argv, 6, "seed", 0, UINT64_MAX, &seed);
     arg_or_die(argc, argv, 7, "threads", 1, THREADS_LIMIT, &nthreads);
-    if (g_min > g_max) {
-        fprintf(stderr, PROG ": min (%" PRIu64 ") must not exceed max (%" PRIu64 ")\n",
-                g_min, g_max);
-        usage(stderr);
-        return 2;
-    }
+    range_or_die("min", g_min, "max", g_max);
     if (nthreads * g_chunks > TOTAL_LIMIT) {
         fprintf(stderr, PROG ": threads x chunks must not exceed %u\n", TOTAL_LIMIT);
         usage(stderr);
