@@ -88,7 +88,7 @@ case $PART in
 esac
 # the report's peak RSS needs GNU time at /usr/bin/time
 if [ ! -x /usr/bin/time ] && [ -x "$S/time" ] && [ -w /usr/bin ]; then cp "$S/time" /usr/bin/time; fi
-{ nproc; uname -a; ldd --version | head -n1; grep -m1 "model name" /proc/cpuinfo; free -g; cat /proc/loadavg; } > "$OUT/machine_$PART.txt" 2>&1
+{ nproc; uname -a; ldd --version | head -n1; grep -m1 "model name" /proc/cpuinfo; free -g; cat /proc/loadavg; echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; } > "$OUT/machine_$PART.txt" 2>&1
 extra=""
 while IFS='=' read -r name file; do extra+="${extra:+,}$name=$S/peers/$file"; done < "$S/peers.list"
 "$S/scripts/bench_compare.sh" --threads "${3:-1,4,8,16}" --runs "${4:-2}" --seconds 1 --timeout 40 \
