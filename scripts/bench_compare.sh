@@ -82,6 +82,13 @@ Other rows (same allocators, interleaving, medians and paired column):
                       alloc-test (at most 16), cache-scratch (skipped
                       without the suite) and bench/larson.  Writes
                       OUT/scaling.md, .tsv and .png (gnuplot).
+  --replay LIST       --threads only: run nothing, and write the report,
+                      chart and raw table from the raw runs (.tsv) of
+                      earlier --threads runs, comma-separated: the parts
+                      of a run on another machine (scripts/stage_scaling.sh).
+                      Their date, commit, machine and peers are read from
+                      the .md beside each .tsv; give the same --threads,
+                      --seconds and --only as those runs had
   --seconds S         --suite / --threads: seconds of the fixed-time
                       programs (suite larson and xmalloc-test: default 5,
                       the suite's; bench/larson: 2; --quick: 1 for all)
@@ -119,6 +126,7 @@ RUNS=""; ALLOC_LIST="system,hakmem,mimalloc,jemalloc,tcmalloc"; EXTRA_LIST=""; Q
 CALLGRIND=0; CG_CYCLES=200000; ONLY=""; TIMEOUT=""; BENCH_DIR="$REPO/build/bench"
 HAKMEM_LIB="$REPO/libhakmem.so"; INSTALL=1; CHART=1; COMMIT_LABEL=""; NAME=""
 SUITE=""; SUITE_DIR=${BENCH_SUITE_DIR:-"$REPO/../shared/mimalloc-bench"}; THREADS=""; XSECONDS=""
+REPLAY=""
 ORIG_CMD="scripts/bench_compare.sh"
 for a in "$@"; do
     if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then ORIG_CMD+=" $a"; else ORIG_CMD+=" '${a//\'/\'\\\'\'}'"; fi
@@ -157,6 +165,8 @@ while [ $# -gt 0 ]; do
         --suite-dir=*) SUITE_DIR=${1#*=}; shift ;;
         --threads)     need_arg "$@"; THREADS=$2; shift 2 ;;
         --threads=*)   THREADS=${1#*=}; shift ;;
+        --replay)      need_arg "$@"; REPLAY=$2; shift 2 ;;
+        --replay=*)    REPLAY=${1#*=}; shift ;;
         --seconds)     need_arg "$@"; XSECONDS=$2; shift 2 ;;
         --seconds=*)   XSECONDS=${1#*=}; shift ;;
         --no-install)  INSTALL=0; shift ;;
@@ -183,6 +193,18 @@ if [ -n "$THREADS" ]; then
     for t in $THREADS; do is_posint "$t" || die_usage "--threads wants positive integers, not '$t'"; done
 fi
 [ -z "$XSECONDS" ] || is_posint "$XSECONDS" || die_usage "--seconds wants a positive integer, not '$XSECONDS'"
+# --replay: the recorded runs' raw tables (absolute paths), each with its report
+REPLAY_TSV=()
+if [ -n "$REPLAY" ]; then
+    [ -n "$THREADS" ] || die_usage "--replay goes with --threads"
+    for f in $(echo "$REPLAY" | tr ',' ' '); do
+        [ -f "$f" ] || die_usage "--replay: no file $f"
+        [ -f "${f%.tsv}.md" ] || die_usage "--replay: no report ${f%.tsv}.md beside $f"
+        REPLAY_TSV+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")")
+    done
+    [ ${#REPLAY_TSV[@]} -gt 0 ] || die_usage "--replay wants one or more .tsv files"
+    INSTALL=0
+fi
 if [ -z "$NAME" ]; then
     if [ -n "$SUITE" ]; then NAME=suite; elif [ -n "$THREADS" ]; then NAME=scaling; else NAME=latest; fi
 fi
@@ -272,7 +294,14 @@ declare -A LIB=()        # allocator -> preload path ('' for none)
 declare -A BINSUFFIX=()  # allocator -> _system or _hakmem
 ALLOCS=()
 REQ=$(echo "$ALLOC_LIST $EXTRA_LIST" | tr ',' ' ')
-[ -n "${REQ// /}" ] || die_usage "--allocators is empty"
+if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
+    # the recorded runs name their allocators, in their order; nothing runs here
+    REQ=""
+    mapfile -t ALLOCS < <(awk -F'\t' '$4 != "" && !seen[$4]++ { print $4 }' "${REPLAY_TSV[@]}")
+    for a in "${ALLOCS[@]}"; do LIB[$a]=""; BINSUFFIX[$a]=_system; done
+else
+    [ -n "${REQ// /}" ] || die_usage "--allocators is empty"
+fi
 declare -A EXTRA_PATH=()   # NAME=/path/lib.so allocators: name -> path as given
 
 # Install missing peers first (full runs only), in one go.
@@ -398,6 +427,22 @@ peer_versions() {
     echo "${out%, }"
 }
 PEERS_V=$(peer_versions)
+# --replay: the recorded runs' own date, commit, machine and peers, from the
+# "- NAME: ..." lines of their reports
+REPLAY_MACHINE=""; RECORDED=""
+md_field() { sed -n "s/^- $2: //p" "$1" | head -n1; }
+if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
+    md0="${REPLAY_TSV[0]%.tsv}.md"
+    DATE=""
+    for f in "${REPLAY_TSV[@]}"; do
+        DATE+="${DATE:+ and }$(md_field "${f%.tsv}.md" date)"
+        RECORDED+="${RECORDED:+, then }$(md_field "${f%.tsv}.md" command)"
+    done
+    COMMIT=${COMMIT_LABEL:-$(md_field "$md0" commit)}
+    PEERS_V=$(md_field "$md0" peers)
+    REPLAY_MACHINE=$(md_field "$md0" machine); REPLAY_MACHINE=${REPLAY_MACHINE%%; load average*}
+    NCPU=$(echo "$REPLAY_MACHINE" | grep -o '[0-9]* CPUs' | head -n1 | cut -d' ' -f1)
+fi
 # latest.md carries the suite's summary: hakmem against the best peer of each
 # row, with the date, commit and machine of that run, taken from OUT/suite.md
 # (`make bench-full` runs the suite first).
@@ -545,7 +590,7 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
             pr=$(( t < 2 ? 1 : t / 2 ))
             xrow "xthread@$t|xthread|$t|own|bench_xthread|$S_OWN 16 2048 256 42 $pr|tput||xthread $pr pairs ($(( 2 * pr )) threads)"
         done
-        [ $HAVE_SUITE = 0 ] && note "the mimalloc-bench rows are skipped: no suite at $SUITE_DIR/bin (--suite-dir DIR or BENCH_SUITE_DIR); only the bench/ rows run"
+        [ $HAVE_SUITE = 0 ] && [ ${#REPLAY_TSV[@]} -eq 0 ] && note "the mimalloc-bench rows are skipped: no suite at $SUITE_DIR/bin (--suite-dir DIR or BENCH_SUITE_DIR); only the bench/ rows run"
     fi
     X_ID=(); X_GROUP=(); X_T=(); X_KIND=(); X_BIN=(); X_ARGS=(); X_METRIC=(); X_IN=(); X_LABEL=()
     declare -A KNOWN_X=() SKIPPED_X=()
@@ -553,7 +598,9 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
         [ -n "$id" ] || continue
         KNOWN_X[$grp]=1; KNOWN_X[$id]=1
         if [ -n "$ONLY" ] && ! [[ " $(echo "$ONLY" | tr ',' ' ') " == *" $grp "* || " $(echo "$ONLY" | tr ',' ' ') " == *" $id "* ]]; then continue; fi
-        if [ "$kind" = suite ]; then
+        if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
+            cut -f1 "${REPLAY_TSV[@]}" | grep -qxF -- "$id" || continue   # the rows recorded
+        elif [ "$kind" = suite ]; then
             [ $HAVE_SUITE = 1 ] || continue
             if [ ! -x "$SUITE_BIN/$bin" ]; then
                 [ -n "${SKIPPED_X[$bin]:-}" ] || note "$grp skipped: $SUITE_BIN/$bin does not exist"
@@ -572,33 +619,35 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
     fi
     if [ ${#X_ID[@]} -eq 0 ]; then say "no benchmark to run"; exit $FAILED; fi
 
-    # snapshot of libhakmem.so and of the bench/ binaries (the suite's are not rebuilt)
-    SNAP="$WORK/snap"; mkdir -p "$SNAP"
-    declare -A SHOWLIB=()
-    for a in "${ALLOCS[@]}"; do SHOWLIB[$a]=${LIB[$a]}; done
-    for i in "${!X_ID[@]}"; do
-        [ "${X_KIND[$i]}" = own ] || continue
-        f="${X_BIN[$i]}_system"
-        [ -e "$SNAP/$f" ] || cp -p "$BENCH_DIR/$f" "$SNAP/$f" || { say "cannot copy $BENCH_DIR/$f"; exit 1; }
-    done
-    if [ $HAVE_HAKMEM = 1 ]; then
-        cp -p "$HAKMEM_LIB" "$SNAP/libhakmem.so" || { say "cannot copy $HAKMEM_LIB"; exit 1; }
-        LIB[hakmem]="$SNAP/libhakmem.so"
-    fi
-    if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && command -v make >/dev/null 2>&1; then
-        # build/bench only matters to the rows of our own programs
-        targets=(lib)
-        for i in "${!X_ID[@]}"; do [ "${X_KIND[$i]}" = own ] && { targets+=(benches); break; }; done
-        make -C "$REPO" -q "${targets[@]}" >/dev/null 2>&1
-        [ $? = 1 ] && note "the build is older than the sources (run 'make ${targets[*]}'): these results are for the binaries as built"
-    fi
-    if awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
-        note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
-    fi
-    if [ -n "$THREADS" ]; then
-        for t in $THREADS; do
-            [ "$t" -gt "$P" ] && { note "$t threads on $P CPUs: the threads share CPUs (oversubscribed)"; }
+    declare -A SHOWLIB=()      # what the report shows each command preloading
+    if [ ${#REPLAY_TSV[@]} -eq 0 ]; then
+        # snapshot of libhakmem.so and of the bench/ binaries (the suite's are not rebuilt)
+        SNAP="$WORK/snap"; mkdir -p "$SNAP"
+        for a in "${ALLOCS[@]}"; do SHOWLIB[$a]=${LIB[$a]}; done
+        for i in "${!X_ID[@]}"; do
+            [ "${X_KIND[$i]}" = own ] || continue
+            f="${X_BIN[$i]}_system"
+            [ -e "$SNAP/$f" ] || cp -p "$BENCH_DIR/$f" "$SNAP/$f" || { say "cannot copy $BENCH_DIR/$f"; exit 1; }
         done
+        if [ $HAVE_HAKMEM = 1 ]; then
+            cp -p "$HAKMEM_LIB" "$SNAP/libhakmem.so" || { say "cannot copy $HAKMEM_LIB"; exit 1; }
+            LIB[hakmem]="$SNAP/libhakmem.so"
+        fi
+        if [ "$HAKMEM_LIB" = "$REPO/libhakmem.so" ] && command -v make >/dev/null 2>&1; then
+            # build/bench only matters to the rows of our own programs
+            targets=(lib)
+            for i in "${!X_ID[@]}"; do [ "${X_KIND[$i]}" = own ] && { targets+=(benches); break; }; done
+            make -C "$REPO" -q "${targets[@]}" >/dev/null 2>&1
+            [ $? = 1 ] && note "the build is older than the sources (run 'make ${targets[*]}'): these results are for the binaries as built"
+        fi
+        if awk -v l="${LOAD%% *}" -v n="$NCPU" 'BEGIN { exit !(n+0 > 0 && l+0 > n * 0.5) }'; then
+            note "load average is $LOAD on $NCPU CPUs: other work may disturb the numbers"
+        fi
+        if [ -n "$THREADS" ]; then
+            for t in $THREADS; do
+                [ "$t" -gt "$P" ] && { note "$t threads on $P CPUs: the threads share CPUs (oversubscribed)"; }
+            done
+        fi
     fi
 
     XRAW="$WORK/xruns.tsv"   # id group threads alloc run status value metric rss_kb seconds minflt load1
@@ -669,10 +718,22 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
             printf "   %6.2f s\n", s }' >&2
     }
 
-    total=$(( ${#X_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
-    say "${#X_ID[@]} rows x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
-    interleave X_ID X_LABEL run_x
-    ELAPSED=$(( $(date +%s) - T0 ))
+    if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
+        # the recorded runs as they are; their time in all from their reports
+        cat "${REPLAY_TSV[@]}" > "$XRAW"
+        RUNS=$(awk -F'\t' '$5 + 0 > m { m = $5 + 0 } END { print m + 0 }' "$XRAW")
+        ELAPSED=0
+        for f in "${REPLAY_TSV[@]}"; do
+            t=$(grep -o 'Total time [0-9]*:[0-9]*' "${f%.tsv}.md" | head -n1 | awk '{ split($3, m, ":"); print m[1] * 60 + m[2] }')
+            ELAPSED=$(( ELAPSED + ${t:-0} ))
+        done
+        say "${#X_ID[@]} rows x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, replayed from ${#REPLAY_TSV[@]} file(s)"
+    else
+        total=$(( ${#X_ID[@]} * ${#ALLOCS[@]} * RUNS )); k=0; T0=$(date +%s)
+        say "${#X_ID[@]} rows x ${#ALLOCS[@]} allocators (${ALLOCS[*]}) x $RUNS runs, interleaved; timeout ${TIMEOUT}s per run"
+        interleave X_ID X_LABEL run_x
+        ELAPSED=$(( $(date +%s) - T0 ))
+    fi
     LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
     LOAD_RUNS=$(load_runs "$XRAW" 12)
 
@@ -741,6 +802,7 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
         function unit(m) { return (m == "time") ? "seconds (lower is better)" : (m == "iter") ? "iterations in 2 s (higher is better)" : "ops/s (higher is better)" }'
     LABELS=$(printf '%s|' "${X_LABEL[@]}")
     machine_line="$CPU, $NCPU CPUs, $MEM; $KERNEL; $GLIBC; load average at start $LOAD, at the end $LOAD_END${LOAD_RUNS:+; 1-minute load before each run: median $LOAD_RUNS}"
+    [ -n "$REPLAY_MACHINE" ] && machine_line="$REPLAY_MACHINE${LOAD_RUNS:+; 1-minute load before each run: median $LOAD_RUNS}"
     METHOD="$RUNS runs per row and allocator, interleaved across allocators (each round starting one allocator further on); the allocator is put under each program with LD_PRELOAD (system: none); suite programs run from inside the suite's bin/; median and min–max over the runs. Each row is either timed (wall seconds of the whole process, lower is better) or read from the program's own output (larson: \`Throughput = N operations per second\`, xmalloc-test: \`free/sec: N M\`, glibc-thread: \`N iterations\` in its fixed 2 s; higher is better). Every ratio is a speed ratio, so above 1 means $REF is faster whatever the row's unit: for a rate $REF / other, for a time other's seconds / $REF's seconds. Peak RSS = largest max-RSS of the runs, minor faults = median of the whole process's minor page faults ($( [ -n "$TIME_BIN" ] && echo "/usr/bin/time %M and %R" || echo "/usr/bin/time missing: not measured")). Total time $(fmt_dur $ELAPSED)."
     ARGTABLE=$( echo "| row | command | metric |"; echo "|---|---|---|"
         for i in "${!X_ID[@]}"; do
@@ -904,13 +966,18 @@ if [ -n "$SUITE" ] || [ -n "$THREADS" ]; then
             echo "- date: $DATE"
             echo "- commit: $COMMIT"
             echo "- command: \`$ORIG_CMD\`"
+            [ -n "$RECORDED" ] && echo "- recorded by: $RECORDED"
             echo "- machine: $machine_line"
             if [ "$NCPU" -lt 16 ] 2>/dev/null || [ "$maxt" -lt 16 ]; then
                 echo "- scope: measured on $NCPU CPUs at ${THREADS// /, } thread$( [ "$THREADS" = 1 ] || echo s) only; the 16-CPU figures (\`--threads 1,4,8,16\` on a 16-CPU machine) are still to be measured"
             fi
             [ $HAVE_HAKMEM = 1 ] && echo "- hakmem: ${HAKMEM_LIB#"$REPO"/}"
             [ -n "$PEERS_V" ] && echo "- peers: $PEERS_V"
-            [ $HAVE_SUITE = 1 ] && echo "- suite: $SUITE_DIR"
+            if [ -n "$RECORDED" ]; then
+                r=$(md_field "${REPLAY_TSV[0]%.tsv}.md" suite); [ -n "$r" ] && echo "- suite: $r"
+            elif [ $HAVE_SUITE = 1 ]; then
+                echo "- suite: $SUITE_DIR"
+            fi
             echo "- method: $METHOD Per row and thread count: the other allocator with the best median, $REF/best (speed), and paired: the median of the per-round speed ratios $REF/best and in how many rounds $REF was faster."
             echo
             echo "$SCTABLES"

@@ -16,6 +16,9 @@
 # With six allocators at 1, 4, 8 and 16 threads and 2 runs, each part takes
 # about 6 minutes on 16 CPUs (two parts, so that neither runs 10 minutes).
 # glibc is left out (the system allocator of that machine is another one).
+# Back here, the two parts make one report, chart and raw table:
+#   scripts/bench_compare.sh --threads 1,4,8,16 --seconds 1 \
+#       --replay OUT/scaling_a.tsv,OUT/scaling_b.tsv
 #
 # usage: scripts/stage_scaling.sh DIR [--suite-dir D] [--peers-dir D]
 #   --suite-dir  the built mimalloc-bench (default ../shared/mimalloc-bench)
@@ -100,4 +103,5 @@ tail -n 5 "$OUT/log_$PART.txt"
 exit $rc
 EOF
 chmod +x "$DIR/run.sh"
-echo "staged in $DIR ($(du -sh "$DIR" | cut -f1)): $(wc -l < "$DIR/peers.list") peers; run DIR/run.sh a OUT, then DIR/run.sh b OUT"
+echo "staged in $DIR ($(du -sh "$DIR" | cut -f1)): $(wc -l < "$DIR/peers.list") peers; run DIR/run.sh a OUT, then DIR/run.sh b OUT;"
+echo "back here: scripts/bench_compare.sh --threads 1,4,8,16 --seconds 1 --replay OUT/scaling_a.tsv,OUT/scaling_b.tsv"
