@@ -586,15 +586,8 @@ int hak_trim(size_t pad) {
  * HAK_NO_INTERPOSE builds hakmem as a plain library (only the hak_* names),
  * e.g. under a sanitizer that brings its own malloc. */
 #ifndef HAK_NO_INTERPOSE
-#define HAK_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
-
-/* glibc's introspection calls live in hakmem_mallinfo.c; an alias needs its
- * target in this file, so these jump there. */
-static struct mallinfo2 fwd_mallinfo2(void) { return hak_mallinfo2(); }
-static struct mallinfo fwd_mallinfo(void) { return hak_mallinfo(); }
-static void fwd_malloc_stats(void) { hak_malloc_stats(); }
-static int fwd_malloc_info(int options, FILE *out) { return hak_malloc_info(options, out); }
-
+/* (glibc's introspection calls, mallinfo2 and the rest, are named where
+ * they live: hakmem_mallinfo.c) */
 void  *malloc(size_t size) HAK_ALIAS(hak_malloc);
 void   free(void *p) HAK_ALIAS(hak_free);
 void  *calloc(size_t n, size_t size) HAK_ALIAS(hak_calloc);
@@ -607,10 +600,6 @@ void  *valloc(size_t size) HAK_ALIAS(hak_valloc);
 void  *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
 size_t malloc_usable_size(void *p) HAK_ALIAS(hak_usable_size);
 int    malloc_trim(size_t pad) HAK_ALIAS(hak_trim);
-struct mallinfo2 mallinfo2(void) HAK_ALIAS(fwd_mallinfo2);
-struct mallinfo  mallinfo(void) HAK_ALIAS(fwd_mallinfo);
-void   malloc_stats(void) HAK_ALIAS(fwd_malloc_stats);
-int    malloc_info(int options, FILE *out) HAK_ALIAS(fwd_malloc_info);
 
 /* C++ (see "C++ operator new and delete" above): operator new(size_t) and
  * operator delete(void *).  Weak: a program linked with -lhakmem that

@@ -21,6 +21,9 @@
 #endif
 
 #define HAK_INTERNAL __attribute__((visibility("hidden")))
+/* A libc name for one of hakmem's functions (an alias needs its target in
+ * the same file); none with HAK_NO_INTERPOSE, a plain library. */
+#define HAK_ALIAS(target) __attribute__((alias(#target), visibility("default"), used))
 #define hak_likely(x)   __builtin_expect(!!(x), 1)
 #define hak_unlikely(x) __builtin_expect(!!(x), 0)
 #define HAK_NOINLINE    __attribute__((noinline))

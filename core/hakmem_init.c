@@ -123,4 +123,7 @@ void hak_ensure_init(void) {
     if (hak_unlikely(!atomic_load_explicit(&hak_initialized, memory_order_acquire))) hak_init();
 }
 
-__attribute__((constructor)) static void hak_constructor(void) { hak_ensure_init(); }
+__attribute__((constructor)) static void hak_constructor(void) {
+    hak_ensure_init();
+    hak_profile_start();
+}

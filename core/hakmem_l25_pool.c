@@ -17,7 +17,7 @@
  * The rings' capacity is POOL_L25_RING_CAP bounded by a per-class byte
  * budget so a thread does not sit on 16 MiB of 1 MiB blocks
  * (HAK_L25_RING_BUDGET; at least two blocks), and by HAKMEM_L25_RING_CAP. */
-#include "hakmem_pool.h"
+#include "hakmem_l25_pool.h"
 #include "hakmem_slab.h"
 #include "box/size_class_box.h"
 #include "hakmem_options.h"

@@ -146,3 +146,10 @@ int hak_malloc_info(int options, FILE *out) {
     fprintf(out, "</malloc>\n");
     return 0;
 }
+
+#ifndef HAK_NO_INTERPOSE
+struct mallinfo2 mallinfo2(void) HAK_ALIAS(hak_mallinfo2);
+struct mallinfo  mallinfo(void) HAK_ALIAS(hak_mallinfo);
+void   malloc_stats(void) HAK_ALIAS(hak_malloc_stats);
+int    malloc_info(int options, FILE *out) HAK_ALIAS(hak_malloc_info);
+#endif

@@ -5,7 +5,10 @@
  * HAKMEM_PROFILE_SIGNAL (signal.c calls prof_dump_to).  PATH's %p is the
  * pid.  Files are opened by the platform layer: never through a symbolic
  * link, only regular files, never a cancellation point.  One dump at a
- * time (prof_dump_lock).  docs/PROFILING.md, README.md. */
+ * time (prof_dump_lock).  PATH.N, numbered, when HAKMEM_PROFILE_SIGNAL
+ * came: its handler (signal.c) sets prof_dump_requested, and the next
+ * sampled allocation (sample.c) or the exit writes it.  docs/PROFILING.md,
+ * README.md. */
 #include "profile_internal.h"
 #include "hakmem_options.h"
 
@@ -15,6 +18,8 @@
 #include <unistd.h>
 
 hak_lock_t prof_dump_lock;            /* one dump at a time */
+_Atomic int prof_dump_requested;      /* the signal came */
+static _Atomic unsigned dump_seq;
 
 /* ---- the writers -------------------------------------------------------------------- */
 static void out_sink(void *o, const char *s, size_t len) { prof_out_str(o, s, len); }
@@ -178,6 +183,25 @@ int prof_dump_to(const char *tmpl, const char *suffix, bool say) {
     if (say) say_cannot_write(failed, err);
     errno = err;
     return -1;
+}
+
+/* The next numbered profile, PATH.N (prof_dump_lock held). */
+void prof_dump_numbered(void) {
+    char suffix[24];
+    snprintf(suffix, sizeof suffix, ".%u",
+             atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
+    prof_dump_to(hak_opt.profile, suffix, true);
+}
+
+/* At a sampled allocation after the signal: PATH.N.  Never waits for
+ * another dump (that thread may hold the loader's lock we would need). */
+void prof_dump_on_signal(void) {
+    if (!atomic_exchange_explicit(&prof_dump_requested, 0, memory_order_relaxed)) return;
+    if (hak_opt.profile[0] == '\0' || !hak_trylock(&prof_dump_lock)) return;
+    int saved = errno;
+    prof_dump_numbered();
+    hak_unlock(&prof_dump_lock);
+    errno = saved;
 }
 
 int hak_profile_dump(const char *path) {

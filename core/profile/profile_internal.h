@@ -152,7 +152,7 @@ HAK_INTERNAL int64_t prof_heap_start(hak_heap_t *h);
 
 /* ---- dumps (snapshot.c, pprof.c, leaks.c, signal.c) ------------------------------------ */
 HAK_INTERNAL extern hak_lock_t prof_dump_lock;       /* one dump at a time (pprof.c) */
-HAK_INTERNAL extern _Atomic int prof_dump_requested; /* the signal came (signal.c)    */
+HAK_INTERNAL extern _Atomic int prof_dump_requested; /* the signal came (pprof.c)     */
 HAK_INTERNAL extern pid_t prof_start_pid;            /* the process that started     */
 
 typedef struct { prof_stack_t *stack; size_t size, sampled; } snap_rec_t;
@@ -199,7 +199,9 @@ HAK_INTERNAL size_t prof_sites_of(snapshot_t *sn, site_t *out);
 HAK_INTERNAL int prof_dump_to(const char *tmpl, const char *suffix, bool say);
 /* The leak report on stderr, at exit (prof_dump_lock held; leaks.c). */
 HAK_INTERNAL void prof_leak_report(void);
-/* At a sampled allocation after the signal: PATH.N (signal.c). */
+/* At a sampled allocation after the signal: PATH.N; and the next PATH.N
+ * itself (prof_dump_lock held).  pprof.c. */
 HAK_INTERNAL void prof_dump_on_signal(void);
+HAK_INTERNAL void prof_dump_numbered(void);
 
 #endif

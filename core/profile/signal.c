@@ -1,11 +1,11 @@
 /* signal.c — the profiler's moments in the life of the process: start-up
- * (hak_profile_init, and the constructor that catches
- * HAKMEM_PROFILE_SIGNAL and loads the unwinder outside any malloc), the
- * signal (its handler only sets a flag; the next sampled allocation, or
- * the exit, writes PATH.N), and the exit (the numbered profile a late
- * signal asked for, the profile at PATH, the leak report).  The writers
- * are pprof.c and leaks.c; fork is sample.c's.  docs/PROFILING.md,
- * README.md. */
+ * (hak_profile_init, and hak_profile_start, which the library's
+ * constructor calls: it catches HAKMEM_PROFILE_SIGNAL and loads the
+ * unwinder outside any malloc), the signal (its handler only sets pprof.c's
+ * flag; the next sampled allocation, or the exit, writes PATH.N), and the
+ * exit (the numbered profile a late signal asked for, the profile at PATH,
+ * the leak report).  The writers are pprof.c and leaks.c; fork is
+ * sample.c's.  docs/PROFILING.md, README.md. */
 #include "profile_internal.h"
 #include "stack.h"
 #include "hakmem_options.h"
@@ -17,31 +17,9 @@
 #include <unistd.h>
 
 /* ---- the signal ------------------------------------------------------------------ */
-_Atomic int prof_dump_requested;
-static _Atomic unsigned dump_seq;
-
 static void on_signal(int sig) {
     (void)sig;
     atomic_store_explicit(&prof_dump_requested, 1, memory_order_relaxed);
-}
-
-/* The next numbered profile, PATH.N (prof_dump_lock held). */
-static void dump_numbered(void) {
-    char suffix[24];
-    snprintf(suffix, sizeof suffix, ".%u",
-             atomic_fetch_add_explicit(&dump_seq, 1, memory_order_relaxed) + 1);
-    prof_dump_to(hak_opt.profile, suffix, true);
-}
-
-/* At a sampled allocation after the signal: PATH.N.  Never waits for
- * another dump (that thread may hold the loader's lock we would need). */
-void prof_dump_on_signal(void) {
-    if (!atomic_exchange_explicit(&prof_dump_requested, 0, memory_order_relaxed)) return;
-    if (hak_opt.profile[0] == '\0' || !hak_trylock(&prof_dump_lock)) return;
-    int saved = errno;
-    dump_numbered();
-    hak_unlock(&prof_dump_lock);
-    errno = saved;
 }
 
 /* ---- start-up, exit ----------------------------------------------------------------- */
@@ -70,10 +48,10 @@ static void catch_dump_signal(void) {
     }
 }
 
-/* Loading the unwinder allocates (stack.c): here, from a constructor, never
- * inside malloc.  Samples before it record one frame. */
-__attribute__((constructor)) static void profile_start(void) {
-    hak_ensure_init();
+/* Loading the unwinder allocates (stack.c): here, from the library's
+ * constructor (hakmem_init.c, once hakmem is set up), never inside malloc.
+ * Samples before it record one frame. */
+void hak_profile_start(void) {
     catch_dump_signal();
     if (!hak_profile_on) return;
     prof_unwinder_load();
@@ -112,7 +90,7 @@ __attribute__((destructor)) static void profile_at_exit(void) {
         /* A signal after the last sampled allocation still gets its PATH.N. */
         if (atomic_exchange_explicit(&prof_dump_requested, 0, memory_order_relaxed) &&
             hak_opt.profile[0] != '\0')
-            dump_numbered();
+            prof_dump_numbered();
         if (hak_opt.profile[0] != '\0') prof_dump_to(hak_opt.profile, "", true);
         if (hak_opt.profile_leaks && hak_stderr_unchanged()) prof_leak_report();
         hak_unlock(&prof_dump_lock);
