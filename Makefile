@@ -159,6 +159,15 @@ $(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: $(
 $(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: \
     TEST_LDLIBS = $(ATFORK_LIB) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
 
+# test_mallinfo_link's mallinfo2 comes from a library linked after libhakmem.a.
+MALLINFO_LIB := $(BUILD)/tests/lib/libmallinfo_probe.so
+$(MALLINFO_LIB): tests/unit/lib/mallinfo_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) -fPIC -shared $< -o $@
+$(BUILD)/tests/unit/test_mallinfo_link $(BUILD)/tests-hardened/unit/test_mallinfo_link: $(MALLINFO_LIB)
+$(BUILD)/tests/unit/test_mallinfo_link $(BUILD)/tests-hardened/unit/test_mallinfo_link: \
+    TEST_LDLIBS = $(MALLINFO_LIB) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $< -o $@ -L. -Wl,-Bstatic -lhakmem -Wl,-Bdynamic $(TEST_LDLIBS) -lcmocka -ldl

@@ -553,19 +553,6 @@ hak_tier_t hak_tier_of(const void *p) {
     return HAK_TIER_NONE;
 }
 
-void hak_get_info(hak_info_t *info) {
-    memset(info, 0, sizeof *info);
-    info->ss_hot = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed);
-    info->ss_draining = atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
-    info->ss_free = atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed);
-    info->large_mapped = atomic_load_explicit(&hak_large_mapped, memory_order_relaxed);
-    info->large_cached = hak_large_cached_bytes();
-    hak_heap_counts(&info->heaps, &info->heaps_abandoned);
-    info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
-    info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
-    info->purge_delay_ms = hak_purge_delay();
-}
-
 size_t hak_purge_bound(void) { return hak_purge_no_thread() ? hak_purge_idle_bound() : 0; }
 
 int hak_profile_sampled(const void *p) {
@@ -586,8 +573,12 @@ int hak_trim(size_t pad) {
  * HAK_NO_INTERPOSE builds hakmem as a plain library (only the hak_* names),
  * e.g. under a sanitizer that brings its own malloc. */
 #ifndef HAK_NO_INTERPOSE
-/* (glibc's introspection calls, mallinfo2 and the rest, are named where
- * they live: hakmem_mallinfo.c) */
+/* glibc's introspection calls, mallinfo2 and the rest, are named where they
+ * live (hakmem_mallinfo.c).  A static link that takes malloc from
+ * libhakmem.a takes that file as well through this reference: else a
+ * library linked after it would find glibc's mallinfo2, which describes
+ * an arena that holds nothing. */
+static struct mallinfo2 (*const keep_introspection)(void) __attribute__((used)) = hak_mallinfo2;
 void  *malloc(size_t size) HAK_ALIAS(hak_malloc);
 void   free(void *p) HAK_ALIAS(hak_free);
 void  *calloc(size_t n, size_t size) HAK_ALIAS(hak_calloc);

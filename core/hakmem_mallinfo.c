@@ -1,6 +1,7 @@
-/* glibc's introspection calls (mallinfo2, mallinfo, malloc_stats,
- * malloc_info) answered with hakmem's own figures.  Under LD_PRELOAD they
- * would otherwise describe glibc's arena, which holds nothing.
+/* Introspection: hak_get_info (the API's snapshot of the backend), and
+ * glibc's calls (mallinfo2, mallinfo, malloc_stats, malloc_info) answered
+ * with hakmem's own figures.  Under LD_PRELOAD they would otherwise
+ * describe glibc's arena, which holds nothing.
  *
  * Every figure comes from counters hakmem keeps anyway or updates only on
  * slow paths: SuperSlabs by state, each heap's pages in slab spans and free
@@ -12,6 +13,7 @@
  * docs/PROFILING.md. */
 #include "hakmem_heap.h"
 #include "hakmem_large.h"
+#include "hakmem_purge.h"
 #include "hakmem_superslab.h"
 
 #include <errno.h>
@@ -20,6 +22,19 @@
 #include <string.h>
 #include <unistd.h>
 
+
+void hak_get_info(hak_info_t *info) {
+    memset(info, 0, sizeof *info);
+    info->ss_hot = atomic_load_explicit(&hak_ss_count[HAK_SS_HOT], memory_order_relaxed);
+    info->ss_draining = atomic_load_explicit(&hak_ss_count[HAK_SS_DRAINING], memory_order_relaxed);
+    info->ss_free = atomic_load_explicit(&hak_ss_count[HAK_SS_FREE], memory_order_relaxed);
+    info->large_mapped = atomic_load_explicit(&hak_large_mapped, memory_order_relaxed);
+    info->large_cached = hak_large_cached_bytes();
+    hak_heap_counts(&info->heaps, &info->heaps_abandoned);
+    info->released = atomic_load_explicit(&hak_released_bytes, memory_order_relaxed);
+    info->decommits = atomic_load_explicit(&hak_decommit_count, memory_order_relaxed);
+    info->purge_delay_ms = hak_purge_delay();
+}
 
 typedef struct {
     size_t ss_used, ss_cached;          /* SuperSlabs HOT + DRAINING, FREE */

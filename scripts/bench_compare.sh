@@ -82,13 +82,14 @@ Other rows (same allocators, interleaving, medians and paired column):
                       alloc-test (at most 16), cache-scratch (skipped
                       without the suite) and bench/larson.  Writes
                       OUT/scaling.md, .tsv and .png (gnuplot).
-  --replay LIST       --threads only: run nothing, and write the report,
+  --replay LIST       with --threads: run nothing, and write the report,
                       chart and raw table from the raw runs (.tsv) of
                       earlier --threads runs, comma-separated: the parts
                       of a run on another machine (scripts/stage_scaling.sh).
-                      Their date, commit, machine and peers are read from
-                      the .md beside each .tsv; give the same --threads,
-                      --seconds and --only as those runs had
+                      Their rows, thread counts, --seconds, date, commit,
+                      machine, peers, problems and notes are the recorded
+                      ones (the .md beside each .tsv); parts that differ in
+                      commit, peers or machine are noted
   --seconds S         --suite / --threads: seconds of the fixed-time
                       programs (suite larson and xmalloc-test: default 5,
                       the suite's; bench/larson: 2; --quick: 1 for all)
@@ -197,10 +198,14 @@ fi
 REPLAY_TSV=()
 if [ -n "$REPLAY" ]; then
     [ -n "$THREADS" ] || die_usage "--replay goes with --threads"
-    for f in $(echo "$REPLAY" | tr ',' ' '); do
+    IFS=',' read -r -a replay_list <<< "$REPLAY"
+    for f in "${replay_list[@]}"; do
+        [ -n "$f" ] || continue
         [ -f "$f" ] || die_usage "--replay: no file $f"
         [ -f "${f%.tsv}.md" ] || die_usage "--replay: no report ${f%.tsv}.md beside $f"
-        REPLAY_TSV+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")")
+        f="$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"
+        for g in "${REPLAY_TSV[@]}"; do [ "$g" = "$f" ] && die_usage "--replay: $f given twice"; done
+        REPLAY_TSV+=("$f")
     done
     [ ${#REPLAY_TSV[@]} -gt 0 ] || die_usage "--replay wants one or more .tsv files"
     INSTALL=0
@@ -299,6 +304,12 @@ if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
     REQ=""
     mapfile -t ALLOCS < <(awk -F'\t' '$4 != "" && !seen[$4]++ { print $4 }' "${REPLAY_TSV[@]}")
     for a in "${ALLOCS[@]}"; do LIB[$a]=""; BINSUFFIX[$a]=_system; done
+    # the thread counts the parts ran, and the seconds their commands gave
+    THREADS=$(awk -F'\t' '{ t = $1; sub(/.*@/, "", t); if (t ~ /^[0-9]+$/ && !seen[t]++) print t }' \
+              "${REPLAY_TSV[@]}" | sort -n | xargs)
+    [ -n "$THREADS" ] || die_usage "--replay: no thread-scaling runs in ${REPLAY_TSV[*]}"
+    rec_seconds=$(sed -n 's/^- command: .*--seconds[ =]\([0-9]*\).*/\1/p' "${REPLAY_TSV[0]%.tsv}.md" | head -n1)
+    XSECONDS=${rec_seconds:-}
 else
     [ -n "${REQ// /}" ] || die_usage "--allocators is empty"
 fi
@@ -388,7 +399,10 @@ REF=hakmem                       # the allocator the ratios are taken from
 
 # ---------------------------------------------------------------- tools
 TIME_BIN=""
-if [ -x /usr/bin/time ] && /usr/bin/time -f %M -o /dev/null true 2>/dev/null; then
+if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
+    # the recorded runs: timed by GNU time where they have a peak RSS
+    awk -F'\t' '$9 != "" { f = 1 } END { exit !f }' "${REPLAY_TSV[@]}" && TIME_BIN=/usr/bin/time
+elif [ -x /usr/bin/time ] && /usr/bin/time -f %M -o /dev/null true 2>/dev/null; then
     TIME_BIN=/usr/bin/time
 elif [ $CALLGRIND = 0 ] && apt_install time 2>/dev/null && [ -x /usr/bin/time ]; then
     TIME_BIN=/usr/bin/time
@@ -441,6 +455,20 @@ if [ ${#REPLAY_TSV[@]} -gt 0 ]; then
     COMMIT=${COMMIT_LABEL:-$(md_field "$md0" commit)}
     PEERS_V=$(md_field "$md0" peers)
     REPLAY_MACHINE=$(md_field "$md0" machine); REPLAY_MACHINE=${REPLAY_MACHINE%%; load average*}
+    for f in "${REPLAY_TSV[@]}"; do
+        md="${f%.tsv}.md"
+        [ "$md" = "$OUT/$NAME.md" ] && die_usage "--replay: the report would overwrite $md (--out or --name)"
+        for k in commit peers; do
+            [ "$(md_field "$md" $k)" = "$(md_field "$md0" $k)" ] || note "the parts differ in their $k: $(basename "$md0") and $(basename "$md")"
+        done
+        m=$(md_field "$md" machine)
+        [ "${m%%; load average*}" = "$REPLAY_MACHINE" ] || note "the parts ran on different machines: $(basename "$md0") and $(basename "$md")"
+        # what each part reported as problems or notes
+        while IFS= read -r line; do
+            note "recorded in $(basename "$md"): ${line#- }"
+        done < <(awk '/^## (Problems|Notes)$/ { on = 1; next } /^## / { on = 0 } on && /^- / { print }' "$md")
+        awk -F'\t' '$6 == "fail" { exit 1 }' "$f" || fail "$(basename "$f") holds failed runs (FAILED in the tables)"
+    done
     NCPU=$(echo "$REPLAY_MACHINE" | grep -o '[0-9]* CPUs' | head -n1 | cut -d' ' -f1)
 fi
 # latest.md carries the suite's summary: hakmem against the best peer of each

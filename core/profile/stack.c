@@ -195,8 +195,8 @@ HAK_NOINLINE void prof_learn(struct hak_prof *pl, prof_node_t *root, prof_node_t
 }
 
 /* ---- the unwinder -------------------------------------------------------------------
- * Loading it allocates: called from a constructor (signal.c's profile_start),
- * never inside malloc. */
+ * Loading it allocates: called from the library's constructor
+ * (hak_profile_start, signal.c), never inside malloc. */
 void prof_unwinder_load(void) {
     void *lib = hak_os_library("libgcc_s.so.1");
     if (lib != NULL) {
