@@ -149,24 +149,23 @@ TEST_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -
 
 tests: $(TEST_BINS) $(TEST_BINS_H)
 
-# test_atfork links a library whose constructor registers fork handlers that
-# allocate, before hakmem's own handlers exist (tests/stress/lib/).
-ATFORK_LIB := $(BUILD)/tests/lib/libatfork_prep.so
-$(ATFORK_LIB): tests/stress/lib/atfork_prep.c
-	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -fPIC -shared $< -o $@
-$(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: $(ATFORK_LIB)
-$(BUILD)/tests/stress/test_atfork $(BUILD)/tests-hardened/stress/test_atfork: \
-    TEST_LDLIBS = $(ATFORK_LIB) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
-
-# test_mallinfo_link's mallinfo2 comes from a library linked after libhakmem.a.
-MALLINFO_LIB := $(BUILD)/tests/lib/libmallinfo_probe.so
-$(MALLINFO_LIB): tests/unit/lib/mallinfo_probe.c
-	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -fPIC -shared $< -o $@
-$(BUILD)/tests/unit/test_mallinfo_link $(BUILD)/tests-hardened/unit/test_mallinfo_link: $(MALLINFO_LIB)
-$(BUILD)/tests/unit/test_mallinfo_link $(BUILD)/tests-hardened/unit/test_mallinfo_link: \
-    TEST_LDLIBS = $(MALLINFO_LIB) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+# A test that links a shared library of its own: $(call test_lib,TEST,SRC)
+# builds SRC (tests/*/lib/NAME.c) as $(BUILD)/tests/lib/libNAME.so and links
+# both builds of TEST with it, after libhakmem.a.
+define test_lib
+$(BUILD)/tests/lib/lib$(basename $(notdir $2)).so: $2
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(TEST_CFLAGS) -fPIC -shared $$< -o $$@
+$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: $(BUILD)/tests/lib/lib$(basename $(notdir $2)).so
+$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: \
+    TEST_LDLIBS = $(BUILD)/tests/lib/lib$(basename $(notdir $2)).so -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+endef
+# test_atfork: the library's constructor registers fork handlers that
+# allocate, before hakmem's own handlers exist.
+$(eval $(call test_lib,stress/test_atfork,tests/stress/lib/atfork_prep.c))
+# test_mallinfo_link: its mallinfo2 comes from a library linked after
+# libhakmem.a.
+$(eval $(call test_lib,unit/test_mallinfo_link,tests/unit/lib/mallinfo_probe.c))
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)
