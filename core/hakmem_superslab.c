@@ -9,8 +9,10 @@
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
  *             (see ss_state_check in hakmem_slab.c), so it empties out.  Revived
- *             to HOT when no HOT SuperSlab has room (its parked slabs are
- *             put back by the slab layer, which hak_ss_span_alloc tells).
+ *             to HOT when a span takes its free pages still resident (no
+ *             HOT SuperSlab has such a run that fits) or no HOT SuperSlab
+ *             has room (its parked slabs are put back by the slab layer,
+ *             which hak_ss_span_alloc tells).
  *   FREE      no span left: in the global cache, its pages as they were
  *             (a heap that needs a SuperSlab soon takes it warm).  A heap
  *             keeps one empty SuperSlab as a spare.
@@ -101,8 +103,9 @@ static void list_remove(hak_heap_t *h, hak_superslab_t *ss) {
  * (bench_bulk, perf).  So the search looks only where a span may fit: the
  * HOT SuperSlabs are listed by their longest free run (room lists, by
  * powers of two: a span of n pages fits in every SuperSlab of the lists
- * above n's, and may in n's own), the DRAINING ones apart, and those with
- * free pages still resident in a list of their own, most recently freed
+ * above n's, and may in n's own), the DRAINING ones apart, and, HOT or
+ * DRAINING, by their longest run of free pages still resident in lists of
+ * their own (resident lists, the same powers of two), most recently freed
  * into first.  A SuperSlab a span is freed in goes to the head of its
  * lists, so that the next span reuses those pages. */
 
@@ -117,10 +120,10 @@ static inline unsigned run_pop(uint64_t *f, unsigned *start) {
     return len;
 }
 
-/* The longest free run past page 0. */
-static unsigned ss_room(const hak_superslab_t *ss) {
+/* The longest run of the pages `pages` past page 0. */
+static unsigned longest_run(uint64_t pages) {
     unsigned best = 0, start;
-    for (uint64_t f = ss->free_pages & ~(uint64_t)1; f != 0;) {
+    for (uint64_t f = pages & ~(uint64_t)1; f != 0;) {
         unsigned len = run_pop(&f, &start);
         if (len > best) best = len;
     }
@@ -162,9 +165,9 @@ static void room_remove(hak_heap_t *h, hak_superslab_t *ss) {
 }
 
 static void dirty_remove(hak_heap_t *h, hak_superslab_t *ss) {
-    if (!ss->on_dirty) return;
-    index_remove(&h->ss_dirty, ss, DIRTY_LINK);
-    ss->on_dirty = false;
+    if (ss->dirty_list == HAK_SS_DIRTY_NONE) return;
+    index_remove(&h->ss_dirty[ss->dirty_list], ss, DIRTY_LINK);
+    ss->dirty_list = HAK_SS_DIRTY_NONE;
 }
 
 /* The room list ss belongs in. */
@@ -172,19 +175,43 @@ static unsigned ss_room_list(const hak_superslab_t *ss) {
     unsigned state = hak_ss_state(ss);
     if (state == HAK_SS_DRAINING) return HAK_SS_ROOM_DRAINING;
     if (state != HAK_SS_HOT) return HAK_SS_ROOM_NONE;
-    unsigned room = ss_room(ss);
+    unsigned room = longest_run(ss->free_pages);
     if (room != 0) return room_list_of(room);
     return (ss->free_pages & 1) ? HAK_SS_ROOM_PAGE0 : HAK_SS_ROOM_NONE;
 }
 
-/* ss's free pages or state changed: its lists follow (to their heads if
- * `fresh`: a span was just freed in it).  An owned SuperSlab is in the
- * dirty list while HOT with free pages still resident.  (One with only
- * page 0 free has a list of its own: in list 1 it would be a miss for
+/* The resident list ss belongs in.  A DRAINING SuperSlab is in one too:
+ * pages freed in it stay resident for the purge delay whatever its state,
+ * and a span that took fresh pages elsewhere instead would fault them in
+ * while those stayed unused (every buffer of a round of bench_append freed
+ * at once left SuperSlabs empty, DRAINING and resident, while the next
+ * round faulted in pages never used). */
+static unsigned ss_dirty_list(const hak_superslab_t *ss) {
+    unsigned state = hak_ss_state(ss);
+    if (state != HAK_SS_HOT && state != HAK_SS_DRAINING) return HAK_SS_DIRTY_NONE;
+    unsigned run = longest_run(ss->free_pages & ss->dirty_pages);
+    return run != 0 ? room_list_of(run) : HAK_SS_DIRTY_NONE;
+}
+
+/* ss's resident pages changed (or its free pages or state): its resident
+ * list follows (to its head if `fresh`). */
+static void ss_reindex_dirty(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
+    unsigned list = ss_dirty_list(ss);
+    if (list != ss->dirty_list || (list != HAK_SS_DIRTY_NONE && fresh)) {
+        dirty_remove(h, ss);
+        if (list != HAK_SS_DIRTY_NONE) {
+            index_push(&h->ss_dirty[list], ss, DIRTY_LINK);
+            ss->dirty_list = (uint8_t)list;
+        }
+    }
+}
+
+/* ss's free pages, resident pages or state changed: its lists follow (to
+ * their heads if `fresh`: a span was just freed in it).  (One with only
+ * page 0 free has a room list of its own: in list 1 it would be a miss for
  * every span that is not Tiny, and eight of them at its head made a big
  * heap map SuperSlabs while pages were free further down.) */
 static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
-    unsigned state = hak_ss_state(ss);
     unsigned list = ss_room_list(ss);
     if (list != ss->room_list || fresh) {
         room_remove(h, ss);
@@ -193,14 +220,7 @@ static void ss_reindex(hak_heap_t *h, hak_superslab_t *ss, bool fresh) {
             ss->room_list = (uint8_t)list;
         }
     }
-    bool dirty = state == HAK_SS_HOT && ss->dirty_pages != 0;
-    if (dirty != ss->on_dirty || (dirty && fresh)) {
-        dirty_remove(h, ss);
-        if (dirty) {
-            index_push(&h->ss_dirty, ss, DIRTY_LINK);
-            ss->on_dirty = true;
-        }
-    }
+    ss_reindex_dirty(h, ss, fresh);
 }
 
 static void ss_link(hak_heap_t *h, hak_superslab_t *ss) {
@@ -316,61 +336,83 @@ static inline bool fit_better(span_fit_t *best, hak_superslab_t *ss, int idx, un
     return true;
 }
 
+/* The best fit of a span of npages in lists[from..to) of one index (its
+ * link in a SuperSlab), among the runs of resident free pages (`resident`:
+ * the resident lists, whose DRAINING SuperSlabs count as misses, the
+ * first fit among them kept for when no HOT one has a fit) or of any free
+ * pages (the room lists, HOT only): in the first list that has one, where
+ * it is the best fit or near it (the lists above hold longer runs only);
+ * an exact fit ends the search.  A big heap looks at SPAN_LOOK more once
+ * a run fits, not at all of them, and at most at SPAN_LOOK of a list where
+ * none does. */
+static span_fit_t fit_in_lists(hak_superslab_t *const *lists, size_t link, unsigned from,
+                               unsigned to, bool resident, bool big, unsigned npages,
+                               unsigned align_pages, bool page0) {
+    span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 }, draining = best;
+    unsigned len;
+    for (unsigned l = from; best.ss == NULL && l < to; l++) {
+        unsigned look = big ? SPAN_LOOK : UINT_MAX, misses = look;
+        for (hak_superslab_t *o = lists[l]; o != NULL && misses != 0; o = link_of(o, link)->next) {
+            if (best.ss != NULL && look-- == 0) break;
+            uint64_t pages = resident ? o->free_pages & o->dirty_pages : o->free_pages;
+            int i = find_run(pages, npages, align_pages, page0, &len);
+            if (i >= 0 && hak_ss_state(o) == HAK_SS_DRAINING) {
+                if (draining.ss == NULL) draining = (span_fit_t){ o, i, len };
+                i = -1;
+            }
+            if (i < 0) misses--;
+            else if (fit_better(&best, o, i, len) && len == npages) return best;
+        }
+    }
+    return best.ss != NULL ? best : draining;
+}
+
 /* Free pages still resident are reused first (no page faults, and fewer
- * to decommit): the best fit among the dirty list's SuperSlabs; then the
- * best fit of any free run of a HOT one, from the room list of the span's
- * length up (an exact fit ends either search); then a DRAINING one is
- * revived (*revived: its slabs are the caller's to put back in service);
- * then, where the caller lets it grow, a new SuperSlab.  A heap of more
- * than SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK more once a run fits,
- * not at all of them, and at most at SPAN_LOOK of a list where none does
- * (the dirty list, the span's own room list, the DRAINING ones): it gives
- * up a few pages' reuse, never a search of hundreds.  A smaller heap keeps
- * the exact best fit. */
+ * to decommit): the best fit among them, from the resident list of the
+ * span's length up, in a HOT SuperSlab or else a DRAINING one, revived
+ * (a HOT one first, so that one mostly empty may still empty out); then
+ * the best fit of any free run of a HOT one, from the room list of the
+ * span's length up; then a DRAINING one is revived; then, where the
+ * caller lets it grow, a new SuperSlab.  (*revived: the revived
+ * SuperSlab's slabs are the caller's to put back in service.)  A heap of
+ * more than SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK of a list where
+ * nothing fits, and the DRAINING list likewise: it gives up a few pages'
+ * reuse, never a search of hundreds.  A smaller heap keeps the exact best
+ * fit. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool may_grow, bool *revived) {
     *revived = false;
     bool big = h->ss_count > SPAN_LOOK_MIN;
+    unsigned from = room_list_of(npages), len;
     span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
-    unsigned len, look = big ? SPAN_LOOK : UINT_MAX, misses = look;
-    if (h->dirty_count >= npages) {
-        for (hak_superslab_t *o = h->ss_dirty; o != NULL && misses != 0; o = o->dirty.next) {
-            if (best.ss != NULL && look-- == 0) break;
-            int i = find_run(o->free_pages & o->dirty_pages, npages, align_pages, page0, &len);
-            if (i < 0) misses--;
-            else if (fit_better(&best, o, i, len) && len == npages) break;
-        }
-    }
+    if (h->dirty_count >= npages)
+        best = fit_in_lists(h->ss_dirty, DIRTY_LINK, from, HAK_SS_DIRTY_LISTS, true, big, npages,
+                            align_pages, page0);
     /* A Tiny span fits exactly in page 0 of a SuperSlab with only that
      * free.  Every SuperSlab past the span's own list has a run that fits
      * it, aligned too: at least 2^k pages for a span of fewer, and an
      * aligned span is a power of two, 2^(k-1), aligned to itself. */
     if (best.ss == NULL && page0 && h->ss_room[HAK_SS_ROOM_PAGE0] != NULL)
         best = (span_fit_t){ h->ss_room[HAK_SS_ROOM_PAGE0], 0, 1 };
-    for (unsigned l = room_list_of(npages); best.ss == NULL && l < HAK_SS_ROOM_DRAINING; l++) {
-        look = big ? SPAN_LOOK : UINT_MAX;
-        misses = look;
-        for (hak_superslab_t *o = h->ss_room[l]; o != NULL && misses != 0; o = o->room.next) {
-            if (best.ss != NULL && look-- == 0) break;
-            int i = find_run(o->free_pages, npages, align_pages, page0, &len);
-            if (i < 0) misses--;
-            else if (fit_better(&best, o, i, len) && len == npages) break;
-        }
-    }
+    if (best.ss == NULL)
+        best = fit_in_lists(h->ss_room, ROOM_LINK, from, HAK_SS_ROOM_DRAINING, false, big, npages,
+                            align_pages, page0);
     hak_superslab_t *ss = best.ss;
     int idx = best.idx;
     if (ss == NULL) {                  /* no HOT room: revive before mapping */
-        misses = big ? SPAN_LOOK : UINT_MAX;
+        unsigned misses = big ? SPAN_LOOK : UINT_MAX;
         for (hak_superslab_t *o = h->ss_room[HAK_SS_ROOM_DRAINING]; o != NULL && misses != 0;
              o = o->room.next, misses--) {
             idx = find_run(o->free_pages, npages, align_pages, page0, &len);
             if (idx >= 0) {
                 ss = o;
-                ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
-                *revived = true;
                 break;
             }
         }
+    }
+    if (ss != NULL && hak_ss_state(ss) == HAK_SS_DRAINING) {
+        ss_set_state(ss, HAK_SS_DRAINING, HAK_SS_HOT);
+        *revived = true;
     }
     if (ss == NULL) {
         if (!may_grow) return NULL;
@@ -455,7 +497,7 @@ void hak_ss_purge_pages(hak_heap_t *h, hak_superslab_t *ss, hak_purge_scan_t *sc
         decommit_pages(ss, due);
         ss->dirty_pages &= ~due;
         dirty_add(h, -(int)__builtin_popcountll(due));
-        if (ss->dirty_pages == 0) dirty_remove(h, ss);
+        ss_reindex_dirty(h, ss, false);
     }
 }
 

@@ -165,6 +165,11 @@ enum { HAK_SS_HOT = 0, HAK_SS_DRAINING = 1, HAK_SS_FREE = 2 };
  * spans may take it). */
 enum { HAK_SS_ROOM_NONE = 0, HAK_SS_ROOM_DRAINING = 7, HAK_SS_ROOM_PAGE0 = 8, HAK_SS_ROOM_LISTS = 9 };
 
+/* A SuperSlab's resident list (hak_superslab_t.dirty_list): none, or, HOT
+ * or DRAINING, by its longest run of free pages still resident past page 0,
+ * r (list 1 + floor(log2 r): 1..6), as the room lists. */
+enum { HAK_SS_DIRTY_NONE = 0, HAK_SS_DIRTY_LISTS = 7 };
+
 
 /* A SuperSlab's link in one of its owner's index lists. */
 typedef struct hak_ss_link { struct hak_superslab *next, *prev; } hak_ss_link_t;
@@ -178,11 +183,12 @@ typedef struct hak_superslab {
     struct hak_superslab *next, *prev;    /* owner's SuperSlab list          */
     /* The owner's indexes for its span search (hak_ss_span_alloc): the
      * list of its room (room_list: HAK_SS_ROOM_*, by its longest free run,
-     * only page 0 free, or DRAINING) and, while it has free pages still
-     * resident, the list of those (on_dirty). */
+     * only page 0 free, or DRAINING) and, while it has a run of free pages
+     * still resident, the list of its longest such run (dirty_list:
+     * HAK_SS_DIRTY_*). */
     hak_ss_link_t         room, dirty;
     uint8_t               room_list;
-    bool                  on_dirty;
+    uint8_t               dirty_list;
     _Atomic uint8_t       state;          /* HAK_SS_HOT / DRAINING / FREE    */
     uint8_t               page_head[HAK_SS_PAGES];
     uint32_t              dirty_at[HAK_SS_PAGES]; /* hak_now_ms() when a dirty
@@ -291,10 +297,11 @@ typedef struct hak_heap {
     unsigned         ss_count;
     /* The span search's indexes of them (hakmem_superslab.c): HOT ones by
      * their longest free run past page 0, 1, 2-3, 4-7 ... 32-63 pages, or
-     * with only page 0 free; the DRAINING ones; those with free pages still
-     * resident, most recently freed into first. */
+     * with only page 0 free; the DRAINING ones; HOT and DRAINING ones by
+     * their longest run of free pages still resident, most recently freed
+     * into first. */
     hak_superslab_t *ss_room[HAK_SS_ROOM_LISTS];
-    hak_superslab_t *ss_dirty;
+    hak_superslab_t *ss_dirty[HAK_SS_DIRTY_LISTS];
     unsigned         dirty_count;  /* free pages of its SuperSlabs still resident */
     struct hak_heap *next_all;     /* every heap ever made                 */
     struct hak_heap *next_free;    /* abandoned heaps, waiting for a thread */

@@ -3,8 +3,8 @@
  * check_index: each SuperSlab the heap owns is in the heap's list once, in
  * the room list its state and longest free run say (none when full, 1 +
  * floor(log2 run) when HOT, the DRAINING list, the list of those with only
- * page 0 free), and in the dirty list
- * exactly when HOT with free pages still resident; every link agrees.
+ * page 0 free), and, HOT or DRAINING, in the resident list its longest run
+ * of free pages still resident says (none without one); every link agrees.
  *
  * test_span_search_tiny
  *     A heap of 40 SuperSlabs, every page in a one-page span (of the Tiny
@@ -27,6 +27,21 @@
  *     one-page spans take those 40 pages and map no SuperSlab: the ones
  *     with only page 0 free are not in their way (with them in room list 1,
  *     the eighth span mapped one); a Tiny span then takes a page 0.
+ *
+ * test_span_search_resident_draining
+ *     Two SuperSlabs of one-page spans: the first keeps 8 (DRAINING), with
+ *     a resident run of 6 pages beside 49 given back; the second, HOT, a
+ *     resident run of 10 beside a run of 5 given back.  Two 5-page spans
+ *     take the HOT one's resident run, though the other's fits better; the
+ *     third takes the DRAINING one's resident pages, which it revives, not
+ *     the exact fit it would fault in.
+ *
+ * test_span_search_resident_far
+ *     40 such SuperSlabs: a run of 5 pages given back in the last, a
+ *     resident run of 11 in the first, then one resident page in each of
+ *     20 others, freed into later.  A 5-page span takes the resident run
+ *     (pages 10-14 of the first), past the 20 resident pages that cannot
+ *     hold it.
  *
  * test_spares_give_way
  *     The shared L2.5 heap keeps empty slabs of a class for its next
@@ -58,14 +73,23 @@
 
 static hak_slab_t *spans[SPANS];
 
-static unsigned longest_run(const hak_superslab_t *ss)
+static unsigned run_of(uint64_t pages)
 {
     unsigned best = 0, run = 0;
     for (unsigned i = 1; i < HAK_SS_PAGES; i++) {
-        run = (ss->free_pages >> i & 1) ? run + 1 : 0;
+        run = (pages >> i & 1) ? run + 1 : 0;
         if (run > best) best = run;
     }
     return best;
+}
+
+static unsigned longest_run(const hak_superslab_t *ss) { return run_of(ss->free_pages); }
+
+static unsigned list_of(unsigned r)
+{
+    unsigned l = 0;
+    while (r >> l) l++;
+    return l;
 }
 
 static unsigned expected_list(const hak_superslab_t *ss)
@@ -74,9 +98,15 @@ static unsigned expected_list(const hak_superslab_t *ss)
     unsigned r = longest_run(ss);
     if (hak_ss_state(ss) != HAK_SS_HOT) return HAK_SS_ROOM_NONE;
     if (r == 0) return (ss->free_pages & 1) ? HAK_SS_ROOM_PAGE0 : HAK_SS_ROOM_NONE;
-    unsigned l = 0;
-    while (r >> l) l++;
-    return l;
+    return list_of(r);
+}
+
+/* HOT or DRAINING: by the longest run of free pages still resident. */
+static unsigned expected_dirty_list(const hak_superslab_t *ss)
+{
+    if (hak_ss_state(ss) != HAK_SS_HOT && hak_ss_state(ss) != HAK_SS_DRAINING)
+        return HAK_SS_DIRTY_NONE;
+    return list_of(run_of(ss->free_pages & ss->dirty_pages));
 }
 
 static void check_index(const hak_heap_t *h)
@@ -91,9 +121,9 @@ static void check_index(const hak_heap_t *h)
             fail_msg("SuperSlab %p (run %u, state %u) in room list %u", (void *)ss,
                      longest_run(ss), hak_ss_state(ss), ss->room_list);
         listed += ss->room_list != HAK_SS_ROOM_NONE;
-        bool want_dirty = hak_ss_state(ss) == HAK_SS_HOT && ss->dirty_pages != 0;
-        if (ss->on_dirty != want_dirty) fail_msg("SuperSlab %p: dirty list %d", (void *)ss, ss->on_dirty);
-        dirty += want_dirty;
+        if (ss->dirty_list != expected_dirty_list(ss))
+            fail_msg("SuperSlab %p: resident list %u", (void *)ss, ss->dirty_list);
+        dirty += ss->dirty_list != HAK_SS_DIRTY_NONE;
     }
     assert_int_equal(n, h->ss_count);
     for (unsigned l = 1; l < HAK_SS_ROOM_LISTS; l++) {
@@ -106,12 +136,14 @@ static void check_index(const hak_heap_t *h)
         }
     }
     assert_int_equal(listed, 0);
-    const hak_superslab_t *prev = NULL;
-    for (const hak_superslab_t *ss = h->ss_dirty; ss != NULL; ss = ss->dirty.next) {
-        if (ss->dirty.prev != prev || !ss->on_dirty || ss->owner != h)
-            fail_msg("dirty list: SuperSlab %p misplaced", (void *)ss);
-        prev = ss;
-        dirty--;
+    for (unsigned l = 1; l < HAK_SS_DIRTY_LISTS; l++) {
+        const hak_superslab_t *prev = NULL;
+        for (const hak_superslab_t *ss = h->ss_dirty[l]; ss != NULL; ss = ss->dirty.next) {
+            if (ss->dirty.prev != prev || ss->dirty_list != l || ss->owner != h)
+                fail_msg("resident list %u: SuperSlab %p misplaced", l, (void *)ss);
+            prev = ss;
+            dirty--;
+        }
     }
     assert_int_equal(dirty, 0);
 }
@@ -126,7 +158,10 @@ static hak_heap_t *owned_heap(void)
     return h;
 }
 
-/* Every span still held back, the index checked, the lock let go. */
+/* Every span still held back, the index checked, the lock let go, and
+ * the SuperSlabs cached unmapped: the next test starts from fresh ones,
+ * where the search's first choices (resident pages) are the same each
+ * run. */
 static void free_all(hak_heap_t *h)
 {
     for (unsigned i = 0; i < SPANS; i++) {
@@ -136,6 +171,7 @@ static void free_all(hak_heap_t *h)
     }
     check_index(h);
     hak_heap_unlock(h);
+    hak_ss_trim_cache();
 }
 
 static hak_slab_t *take(hak_heap_t *h, unsigned npages, unsigned align, bool tiny)
@@ -162,7 +198,7 @@ static void test_span_search_tiny(void **state)
         hak_ss_span_free(h, s);
         spans[k * SPANS_PER + 5] = NULL;
         assert_ptr_equal(h->ss_room[1], ss);       /* at the head of its lists */
-        if (hak_purge_delay() != 0) assert_ptr_equal(h->ss_dirty, ss);
+        if (hak_purge_delay() != 0) assert_ptr_equal(h->ss_dirty[1], ss);
         check_index(h);
         hak_slab_t *again = take(h, 1, 1, true);   /* its page is next */
         assert_ptr_equal(again, s);
@@ -259,7 +295,7 @@ static void test_span_search_one_page_spans(void **state)
             hak_ss_purge_pages(h, ss, &wait);
         assert_int_equal(wait.left, dirty * HAK_PAGE_SIZE);
         assert_true(wait.wait > 50000 && wait.wait <= 60000);
-        assert_non_null(h->ss_dirty);
+        assert_non_null(h->ss_dirty[1]);
     }
     hak_purge_scan_t all = hak_purge_scan(hak_now_ms(), 0);
     for (hak_superslab_t *ss = h->ss_list; ss != NULL; ss = ss->next)
@@ -267,7 +303,7 @@ static void test_span_search_one_page_spans(void **state)
     assert_int_equal(all.left, 0);
     assert_int_equal(all.wait, HAK_PURGE_NONE);
     check_index(h);
-    assert_null(h->ss_dirty);
+    for (unsigned l = 1; l < HAK_SS_DIRTY_LISTS; l++) assert_null(h->ss_dirty[l]);
     for (unsigned k = 0; k < SS_N; k++) {
         spans[k * PER + 7] = take(h, 1, 1, false);
         assert_int_equal(h->ss_count, SS_N);       /* no SuperSlab mapped */
@@ -279,6 +315,100 @@ static void test_span_search_one_page_spans(void **state)
     assert_int_equal(h->ss_count, SS_N);
     check_index(h);
     hak_ss_span_free(h, tiny);
+    free_all(h);
+}
+
+/* A heap of SuperSlabs full of one-page spans (pages 1-63), the index
+ * checked. */
+static void fill_one_page(hak_heap_t *h, unsigned nss)
+{
+    enum { PER = HAK_SS_PAGES - 1 };
+    for (unsigned i = 0; i < nss * PER; i++) spans[i] = take(h, 1, 1, false);
+    assert_int_equal(h->ss_count, nss);
+    check_index(h);
+}
+
+/* Spans [first, first + n) of SuperSlab k (its pages first + 1 ...) back. */
+static void free_pages_of(hak_heap_t *h, unsigned k, unsigned first, unsigned n)
+{
+    for (unsigned i = k * (HAK_SS_PAGES - 1) + first; n-- > 0; i++) {
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+    }
+    check_index(h);
+}
+
+/* SuperSlab ss's free pages all given back, as by a purge pass. */
+static void give_back_pages(hak_heap_t *h, hak_superslab_t *ss)
+{
+    hak_purge_scan_t all = hak_purge_scan(hak_now_ms(), 0);
+    hak_ss_purge_pages(h, ss, &all);
+    check_index(h);
+}
+
+static void test_span_search_resident_draining(void **state)
+{
+    (void)state;
+    if (hak_purge_delay() == 0) skip();            /* nothing stays resident */
+    enum { PER = HAK_SS_PAGES - 1 };
+    hak_heap_t *h = owned_heap();
+    fill_one_page(h, 2);
+    hak_superslab_t *draining = hak_ss_of(spans[0]), *hot = hak_ss_of(spans[PER]);
+    /* the first SuperSlab: pages 1-49 given back, then pages 50-55 freed,
+     * resident: 8 pages in use, DRAINING */
+    free_pages_of(h, 0, 0, 49);
+    give_back_pages(h, draining);
+    free_pages_of(h, 0, 49, 6);
+    assert_int_equal(hak_ss_state(draining), HAK_SS_DRAINING);
+    /* the second, HOT: pages 20-24 given back, pages 40-49 resident */
+    free_pages_of(h, 1, 19, 5);
+    give_back_pages(h, hot);
+    free_pages_of(h, 1, 39, 10);
+    assert_int_equal(hak_ss_state(hot), HAK_SS_HOT);
+    /* 5-page spans take the HOT one's resident run first, though the
+     * DRAINING one's (6 pages) fits better: a mostly empty SuperSlab is
+     * left to empty out while another has resident room */
+    bool revived;
+    hak_slab_t *s[3];
+    for (unsigned k = 0; k < 2; k++) {
+        s[k] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
+        assert_ptr_equal(hak_ss_of(s[k]), hot);
+        assert_int_equal((unsigned)(s[k] - hot->slabs), 40 + 5 * k);
+        assert_false(revived);
+        check_index(h);
+    }
+    /* then the DRAINING one's resident pages, revived, not the exact fit
+     * (pages 20-24) nor the longer runs that would be faulted in */
+    s[2] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
+    assert_ptr_equal(hak_ss_of(s[2]), draining);
+    assert_int_equal((unsigned)(s[2] - draining->slabs), 50);
+    assert_true(revived);
+    assert_int_equal(hak_ss_state(draining), HAK_SS_HOT);
+    check_index(h);
+    for (unsigned k = 0; k < 3; k++) hak_ss_span_free(h, s[k]);
+    free_all(h);
+}
+
+static void test_span_search_resident_far(void **state)
+{
+    (void)state;
+    if (hak_purge_delay() == 0) skip();
+    hak_heap_t *h = owned_heap();
+    fill_one_page(h, SS_N);
+    /* the last SuperSlab: a run of 5 pages never used (given back) */
+    free_pages_of(h, SS_N - 1, 20, 5);
+    give_back_pages(h, hak_ss_of(spans[(SS_N - 1) * (HAK_SS_PAGES - 1)]));
+    /* the first: a resident run of 11; then a resident page in 20 others,
+     * freed into later, so they come first (one list of them all made the
+     * search give up after 8 and fault in the run of 5) */
+    free_pages_of(h, 0, 9, 11);
+    for (unsigned k = 1; k <= 20; k++) free_pages_of(h, k, 30, 1);
+    hak_slab_t *s = take(h, 5, 1, false);
+    assert_ptr_equal(hak_ss_of(s), hak_ss_of(spans[0]));
+    assert_int_equal((unsigned)(s - hak_ss_of(s)->slabs), 10);     /* pages 10-14 */
+    assert_int_equal(h->ss_count, SS_N);
+    check_index(h);
+    hak_ss_span_free(h, s);
     free_all(h);
 }
 
@@ -347,6 +477,8 @@ int main(void)
         cmocka_unit_test(test_span_search_tiny),
         cmocka_unit_test(test_span_search_long_spans),
         cmocka_unit_test(test_span_search_one_page_spans),
+        cmocka_unit_test(test_span_search_resident_draining),
+        cmocka_unit_test(test_span_search_resident_far),
         cmocka_unit_test(test_spares_give_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
