@@ -9,10 +9,10 @@
  *   DRAINING  at most DRAIN_PAGES pages in use while the heap has another
  *             SuperSlab: takes no new spans and its slabs no new allocations
  *             (see ss_state_check in hakmem_slab.c), so it empties out.  Revived
- *             to HOT when a span takes its free pages still resident (no
- *             HOT SuperSlab has such a run that fits) or no HOT SuperSlab
- *             has room (its parked slabs are put back by the slab layer,
- *             which hak_ss_span_alloc tells).
+ *             to HOT when a span takes its free pages still resident (the
+ *             best resident fit) or no HOT SuperSlab has room (its parked
+ *             slabs are put back by the slab layer, which hak_ss_span_alloc
+ *             tells).
  *   FREE      no span left: in the global cache, its pages as they were
  *             (a heap that needs a SuperSlab soon takes it warm).  A heap
  *             keeps one empty SuperSlab as a spare.
@@ -180,12 +180,16 @@ static unsigned ss_room_list(const hak_superslab_t *ss) {
     return (ss->free_pages & 1) ? HAK_SS_ROOM_PAGE0 : HAK_SS_ROOM_NONE;
 }
 
-/* The resident list ss belongs in.  A DRAINING SuperSlab is in one too:
+/* The resident list ss belongs in.  A DRAINING SuperSlab has one too:
  * pages freed in it stay resident for the purge delay whatever its state,
  * and a span that took fresh pages elsewhere instead would fault them in
  * while those stayed unused (every buffer of a round of bench_append freed
  * at once left SuperSlabs empty, DRAINING and resident, while the next
- * round faulted in pages never used). */
+ * round faulted in pages never used).  HOT and DRAINING ones are alike
+ * here: the best fit wins (the HOT ones first cost bench_append 3 MiB of
+ * its peak, and keeping a revived one HOT until its pages were purged, so
+ * that it would not turn DRAINING at the next span freed in it, 5 more;
+ * the turns cost the state counters and a walk of its slabs, no more). */
 static unsigned ss_dirty_list(const hak_superslab_t *ss) {
     unsigned state = hak_ss_state(ss);
     if (state != HAK_SS_HOT && state != HAK_SS_DRAINING) return HAK_SS_DIRTY_NONE;
@@ -337,18 +341,16 @@ static inline bool fit_better(span_fit_t *best, hak_superslab_t *ss, int idx, un
 }
 
 /* The best fit of a span of npages in lists[from..to) of one index (its
- * link in a SuperSlab), among the runs of resident free pages (`resident`:
- * the resident lists, whose DRAINING SuperSlabs count as misses, the
- * first fit among them kept for when no HOT one has a fit) or of any free
- * pages (the room lists, HOT only): in the first list that has one, where
- * it is the best fit or near it (the lists above hold longer runs only);
- * an exact fit ends the search.  A big heap looks at SPAN_LOOK more once
- * a run fits, not at all of them, and at most at SPAN_LOOK of a list where
- * none does. */
+ * link in a SuperSlab), among the runs of resident free pages (`resident`,
+ * the resident lists) or of any free pages (the room lists): in the first
+ * list that has one, where it is the best fit or near it (the lists above
+ * hold longer runs only); an exact fit ends the search.  A big heap looks
+ * at SPAN_LOOK more once a run fits, not at all of them, and at most at
+ * SPAN_LOOK of a list where none does. */
 static span_fit_t fit_in_lists(hak_superslab_t *const *lists, size_t link, unsigned from,
                                unsigned to, bool resident, bool big, unsigned npages,
                                unsigned align_pages, bool page0) {
-    span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 }, draining = best;
+    span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
     unsigned len;
     for (unsigned l = from; best.ss == NULL && l < to; l++) {
         unsigned look = big ? SPAN_LOOK : UINT_MAX, misses = look;
@@ -356,21 +358,16 @@ static span_fit_t fit_in_lists(hak_superslab_t *const *lists, size_t link, unsig
             if (best.ss != NULL && look-- == 0) break;
             uint64_t pages = resident ? o->free_pages & o->dirty_pages : o->free_pages;
             int i = find_run(pages, npages, align_pages, page0, &len);
-            if (i >= 0 && hak_ss_state(o) == HAK_SS_DRAINING) {
-                if (draining.ss == NULL) draining = (span_fit_t){ o, i, len };
-                i = -1;
-            }
             if (i < 0) misses--;
             else if (fit_better(&best, o, i, len) && len == npages) return best;
         }
     }
-    return best.ss != NULL ? best : draining;
+    return best;
 }
 
 /* Free pages still resident are reused first (no page faults, and fewer
  * to decommit): the best fit among them, from the resident list of the
- * span's length up, in a HOT SuperSlab or else a DRAINING one, revived
- * (a HOT one first, so that one mostly empty may still empty out); then
+ * span's length up, in a HOT SuperSlab or a DRAINING one, revived.  Then
  * the best fit of any free run of a HOT one, from the room list of the
  * span's length up; then a DRAINING one is revived; then, where the
  * caller lets it grow, a new SuperSlab.  (*revived: the revived

@@ -3,8 +3,9 @@
  * check_index: each SuperSlab the heap owns is in the heap's list once, in
  * the room list its state and longest free run say (none when full, 1 +
  * floor(log2 run) when HOT, the DRAINING list, the list of those with only
- * page 0 free), and, HOT or DRAINING, in the resident list its longest run
- * of free pages still resident says (none without one); every link agrees.
+ * page 0 free), and, HOT or DRAINING, in the resident list its state and
+ * longest run of free pages still resident say (none without one); every
+ * link agrees.
  *
  * test_span_search_tiny
  *     A heap of 40 SuperSlabs, every page in a one-page span (of the Tiny
@@ -31,10 +32,9 @@
  * test_span_search_resident_draining
  *     Two SuperSlabs of one-page spans: the first keeps 8 (DRAINING), with
  *     a resident run of 6 pages beside 49 given back; the second, HOT, a
- *     resident run of 10 beside a run of 5 given back.  Two 5-page spans
- *     take the HOT one's resident run, though the other's fits better; the
- *     third takes the DRAINING one's resident pages, which it revives, not
- *     the exact fit it would fault in.
+ *     resident run of 10 beside a run of 5 given back.  A 5-page span
+ *     takes the best resident fit, the DRAINING one's, which it revives,
+ *     not the exact fit it would fault in; the next two the HOT one's.
  *
  * test_span_search_resident_far
  *     40 such SuperSlabs: a run of 5 pages given back in the last, a
@@ -104,8 +104,8 @@ static unsigned expected_list(const hak_superslab_t *ss)
 /* HOT or DRAINING: by the longest run of free pages still resident. */
 static unsigned expected_dirty_list(const hak_superslab_t *ss)
 {
-    if (hak_ss_state(ss) != HAK_SS_HOT && hak_ss_state(ss) != HAK_SS_DRAINING)
-        return HAK_SS_DIRTY_NONE;
+    unsigned state = hak_ss_state(ss);
+    if (state != HAK_SS_HOT && state != HAK_SS_DRAINING) return HAK_SS_DIRTY_NONE;
     return list_of(run_of(ss->free_pages & ss->dirty_pages));
 }
 
@@ -159,9 +159,9 @@ static hak_heap_t *owned_heap(void)
 }
 
 /* Every span still held back, the index checked, the lock let go, and
- * the SuperSlabs cached unmapped: the next test starts from fresh ones,
- * where the search's first choices (resident pages) are the same each
- * run. */
+ * the SuperSlabs cached unmapped (the heap keeps one empty, its spare):
+ * the next test starts from fresh ones, where the search's first choices
+ * (resident pages) are the same each run. */
 static void free_all(hak_heap_t *h)
 {
     for (unsigned i = 0; i < SPANS; i++) {
@@ -365,27 +365,30 @@ static void test_span_search_resident_draining(void **state)
     give_back_pages(h, hot);
     free_pages_of(h, 1, 39, 10);
     assert_int_equal(hak_ss_state(hot), HAK_SS_HOT);
-    /* 5-page spans take the HOT one's resident run first, though the
-     * DRAINING one's (6 pages) fits better: a mostly empty SuperSlab is
-     * left to empty out while another has resident room */
+    /* a 5-page span takes the best resident fit, the DRAINING one's run of
+     * 6, which it revives, not the exact fit (pages 20-24) nor the longer
+     * runs that would be faulted in */
     bool revived;
     hak_slab_t *s[3];
-    for (unsigned k = 0; k < 2; k++) {
-        s[k] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
-        assert_ptr_equal(hak_ss_of(s[k]), hot);
-        assert_int_equal((unsigned)(s[k] - hot->slabs), 40 + 5 * k);
-        assert_false(revived);
-        check_index(h);
-    }
-    /* then the DRAINING one's resident pages, revived, not the exact fit
-     * (pages 20-24) nor the longer runs that would be faulted in */
-    s[2] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
-    assert_ptr_equal(hak_ss_of(s[2]), draining);
-    assert_int_equal((unsigned)(s[2] - draining->slabs), 50);
+    s[0] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
+    assert_ptr_equal(hak_ss_of(s[0]), draining);
+    assert_int_equal((unsigned)(s[0] - draining->slabs), 50);
     assert_true(revived);
     assert_int_equal(hak_ss_state(draining), HAK_SS_HOT);
     check_index(h);
-    for (unsigned k = 0; k < 3; k++) hak_ss_span_free(h, s[k]);
+    /* the next two, the HOT one's resident run */
+    for (unsigned k = 1; k < 3; k++) {
+        s[k] = hak_ss_span_alloc(h, 5, 1, false, true, &revived);
+        assert_ptr_equal(hak_ss_of(s[k]), hot);
+        assert_int_equal((unsigned)(s[k] - hot->slabs), 40 + 5 * (k - 1));
+        assert_false(revived);
+        check_index(h);
+    }
+    hak_ss_span_free(h, s[0]);                     /* 8 in use: DRAINING again */
+    assert_int_equal(hak_ss_state(draining), HAK_SS_DRAINING);
+    check_index(h);
+    hak_ss_span_free(h, s[1]);
+    hak_ss_span_free(h, s[2]);
     free_all(h);
 }
 
