@@ -366,29 +366,43 @@ static span_fit_t fit_in_lists(hak_superslab_t *const *lists, size_t link, unsig
 }
 
 /* Free pages still resident are reused first (no page faults, and fewer
- * to decommit): the best fit among them, from the resident list of the
- * span's length up, in a HOT SuperSlab or a DRAINING one, revived.  Then
+ * to decommit): for a Tiny span a resident page 0 of a SuperSlab with
+ * only that free, else the best fit among them, from the resident list of
+ * the span's length up, in a HOT SuperSlab or a DRAINING one, revived.  Then
  * the best fit of any free run of a HOT one, from the room list of the
  * span's length up; then a DRAINING one is revived; then, where the
  * caller lets it grow, a new SuperSlab.  (*revived: the revived
  * SuperSlab's slabs are the caller's to put back in service.)  A heap of
  * more than SPAN_LOOK_MIN SuperSlabs looks at SPAN_LOOK of a list where
  * nothing fits, and the DRAINING list likewise: it gives up a few pages'
- * reuse, never a search of hundreds.  A smaller heap keeps the exact best
- * fit. */
+ * reuse, never a search of hundreds.  A smaller heap looks at all of a
+ * list: the best fit in the first list that has one. */
 hak_slab_t *hak_ss_span_alloc(hak_heap_t *h, unsigned npages, unsigned align_pages, bool page0,
                               bool may_grow, bool *revived) {
     *revived = false;
     bool big = h->ss_count > SPAN_LOOK_MIN;
     unsigned from = room_list_of(npages), len;
     span_fit_t best = { NULL, -1, HAK_SS_PAGES + 1 };
-    if (h->dirty_count >= npages)
+    /* A Tiny span (one page) fits exactly in page 0 of a SuperSlab with
+     * only that free, which the resident lists (runs past page 0) leave
+     * out: resident, it is the best fit there is. */
+    if (page0 && h->dirty_count != 0) {
+        unsigned look = big ? SPAN_LOOK : UINT_MAX;
+        for (hak_superslab_t *o = h->ss_room[HAK_SS_ROOM_PAGE0]; o != NULL && look-- != 0;
+             o = o->room.next) {
+            if (o->dirty_pages & 1) {
+                best = (span_fit_t){ o, 0, 1 };
+                break;
+            }
+        }
+    }
+    if (best.ss == NULL && h->dirty_count >= npages)
         best = fit_in_lists(h->ss_dirty, DIRTY_LINK, from, HAK_SS_DIRTY_LISTS, true, big, npages,
                             align_pages, page0);
-    /* A Tiny span fits exactly in page 0 of a SuperSlab with only that
-     * free.  Every SuperSlab past the span's own list has a run that fits
-     * it, aligned too: at least 2^k pages for a span of fewer, and an
-     * aligned span is a power of two, 2^(k-1), aligned to itself. */
+    /* Or page 0 never used (or given back).  Every SuperSlab past the
+     * span's own list has a run that fits it, aligned too: at least 2^k
+     * pages for a span of fewer, and an aligned span is a power of two,
+     * 2^(k-1), aligned to itself. */
     if (best.ss == NULL && page0 && h->ss_room[HAK_SS_ROOM_PAGE0] != NULL)
         best = (span_fit_t){ h->ss_room[HAK_SS_ROOM_PAGE0], 0, 1 };
     if (best.ss == NULL)

@@ -36,6 +36,11 @@
  *     takes the best resident fit, the DRAINING one's, which it revives,
  *     not the exact fit it would fault in; the next two the HOT one's.
  *
+ * test_span_search_resident_page0
+ *     Two SuperSlabs of Tiny spans: the first has only page 0 free,
+ *     resident, the second a resident run of 6.  A Tiny span takes that
+ *     page 0 (the resident lists, of runs past page 0, leave it out).
+ *
  * test_span_search_resident_far
  *     40 such SuperSlabs: a run of 5 pages given back in the last, a
  *     resident run of 11 in the first, then one resident page in each of
@@ -392,6 +397,31 @@ static void test_span_search_resident_draining(void **state)
     free_all(h);
 }
 
+static void test_span_search_resident_page0(void **state)
+{
+    (void)state;
+    if (hak_purge_delay() == 0) skip();
+    hak_heap_t *h = owned_heap();
+    for (unsigned i = 0; i < 2 * SPANS_PER; i++) spans[i] = take(h, 1, 1, true);
+    assert_int_equal(h->ss_count, 2);
+    hak_superslab_t *a = hak_ss_of(spans[0]);
+    /* the second: a resident run of 6 pages; the first: page 0 free,
+     * resident, and nothing else (in no resident list: runs past page 0) */
+    for (unsigned i = SPANS_PER + 10; i < SPANS_PER + 16; i++) {
+        hak_ss_span_free(h, spans[i]);
+        spans[i] = NULL;
+    }
+    assert_int_equal((unsigned)(spans[0] - a->slabs), 0);
+    hak_ss_span_free(h, spans[0]);
+    check_index(h);
+    /* a Tiny span takes that page 0, an exact resident fit, and leaves the
+     * run of 6 whole */
+    spans[0] = take(h, 1, 1, true);
+    assert_ptr_equal(spans[0], &a->slabs[0]);
+    check_index(h);
+    free_all(h);
+}
+
 static void test_span_search_resident_far(void **state)
 {
     (void)state;
@@ -481,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_span_search_long_spans),
         cmocka_unit_test(test_span_search_one_page_spans),
         cmocka_unit_test(test_span_search_resident_draining),
+        cmocka_unit_test(test_span_search_resident_page0),
         cmocka_unit_test(test_span_search_resident_far),
         cmocka_unit_test(test_spares_give_way),
     };
