@@ -114,6 +114,27 @@ static unsigned expected_dirty_list(const hak_superslab_t *ss)
     return list_of(run_of(ss->free_pages & ss->dirty_pages));
 }
 
+/* The SuperSlabs in lists[1..n) of one index, each through its link at
+ * offset `link`, its list number the byte at offset `at`: every link and
+ * number agrees; how many there are. */
+static unsigned walk_lists(const hak_heap_t *h, hak_superslab_t *const *lists, unsigned n,
+                           size_t link, size_t at, const char *name)
+{
+    unsigned listed = 0;
+    for (unsigned l = 1; l < n; l++) {
+        const hak_superslab_t *prev = NULL;
+        for (const hak_superslab_t *ss = lists[l]; ss != NULL;) {
+            const hak_ss_link_t *k = (const hak_ss_link_t *)((const char *)ss + link);
+            if (k->prev != prev || *((const uint8_t *)ss + at) != l || ss->owner != h)
+                fail_msg("%s list %u: SuperSlab %p misplaced", name, l, (void *)ss);
+            prev = ss;
+            ss = k->next;
+            listed++;
+        }
+    }
+    return listed;
+}
+
 static void check_index(const hak_heap_t *h)
 {
     unsigned n = 0, listed = 0, dirty = 0;
@@ -131,26 +152,12 @@ static void check_index(const hak_heap_t *h)
         dirty += ss->dirty_list != HAK_SS_DIRTY_NONE;
     }
     assert_int_equal(n, h->ss_count);
-    for (unsigned l = 1; l < HAK_SS_ROOM_LISTS; l++) {
-        const hak_superslab_t *prev = NULL;
-        for (const hak_superslab_t *ss = h->ss_room[l]; ss != NULL; ss = ss->room.next) {
-            if (ss->room.prev != prev || ss->room_list != l || ss->owner != h)
-                fail_msg("room list %u: SuperSlab %p misplaced", l, (void *)ss);
-            prev = ss;
-            listed--;
-        }
-    }
-    assert_int_equal(listed, 0);
-    for (unsigned l = 1; l < HAK_SS_DIRTY_LISTS; l++) {
-        const hak_superslab_t *prev = NULL;
-        for (const hak_superslab_t *ss = h->ss_dirty[l]; ss != NULL; ss = ss->dirty.next) {
-            if (ss->dirty.prev != prev || ss->dirty_list != l || ss->owner != h)
-                fail_msg("resident list %u: SuperSlab %p misplaced", l, (void *)ss);
-            prev = ss;
-            dirty--;
-        }
-    }
-    assert_int_equal(dirty, 0);
+    assert_int_equal(walk_lists(h, h->ss_room, HAK_SS_ROOM_LISTS,
+                                offsetof(hak_superslab_t, room),
+                                offsetof(hak_superslab_t, room_list), "room"), listed);
+    assert_int_equal(walk_lists(h, h->ss_dirty, HAK_SS_DIRTY_LISTS,
+                                offsetof(hak_superslab_t, dirty),
+                                offsetof(hak_superslab_t, dirty_list), "resident"), dirty);
 }
 
 /* A heap of no thread, locked as its owner: the purger stays out. */
