@@ -149,16 +149,28 @@ TEST_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -O1 -g -pthread -Wall -Wextra -Icore -
 
 tests: $(TEST_BINS) $(TEST_BINS_H)
 
-# A test that links a shared library of its own: $(call test_lib,TEST,SRC)
-# builds SRC (tests/*/lib/NAME.c) as $(BUILD)/tests/lib/libNAME.so and links
-# both builds of TEST with it, after libhakmem.a.
-define test_lib
-$(BUILD)/tests/lib/lib$(basename $(notdir $2)).so: $2
+# A shared library of a test's own: SRC (tests/*/lib/NAME.c) built as
+# $(call test_so,SRC), $(BUILD)/tests/lib/libNAME.so, for both builds of the
+# test.  $(call test_lib,TEST,SRC) links TEST with it, after libhakmem.a;
+# $(call test_preload,TEST,SRC) gives TEST its path, HAK_TEST_PRELOAD, for a
+# child it runs with LD_PRELOAD.
+test_so = $(BUILD)/tests/lib/lib$(basename $(notdir $1)).so
+define test_so_rule
+$(call test_so,$1): $1
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(TEST_CFLAGS) -fPIC -shared $$< -o $$@
-$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: $(BUILD)/tests/lib/lib$(basename $(notdir $2)).so
+	$$(CC) $$(TEST_CFLAGS) -fPIC -shared $$< -o $$@ -ldl
+endef
+define test_lib
+$(call test_so_rule,$2)
+$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: $(call test_so,$2)
 $(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: \
-    TEST_LDLIBS = $(BUILD)/tests/lib/lib$(basename $(notdir $2)).so -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+    TEST_LDLIBS = $(call test_so,$2) -Wl,-rpath,$(abspath $(BUILD)/tests/lib)
+endef
+define test_preload
+$(call test_so_rule,$2)
+$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: $(call test_so,$2)
+$(BUILD)/tests/$1 $(BUILD)/tests-hardened/$1: \
+    TEST_CFLAGS += -DHAK_TEST_PRELOAD='"$(abspath $(call test_so,$2))"'
 endef
 # test_atfork: the library's constructor registers fork handlers that
 # allocate, before hakmem's own handlers exist.
@@ -166,6 +178,8 @@ $(eval $(call test_lib,stress/test_atfork,tests/stress/lib/atfork_prep.c))
 # test_mallinfo_link: its mallinfo2 comes from a library linked after
 # libhakmem.a.
 $(eval $(call test_lib,unit/test_mallinfo_link,tests/unit/lib/mallinfo_probe.c))
+# test_profile: a child with no unwinder (its dlopen refuses libgcc's).
+$(eval $(call test_preload,unit/test_profile,tests/unit/lib/no_unwinder.c))
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*/*.h) libhakmem.a
 	@mkdir -p $(dir $@)

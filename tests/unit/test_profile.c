@@ -42,6 +42,11 @@
  *               malloc
  *   signal alone  HAKMEM_PROFILE_SIGNAL without HAKMEM_PROFILE: one line on
  *               stderr, and the signal does not kill the program
+ *   signal uncatchable  HAKMEM_PROFILE_SIGNAL=9 (the handler refused): one
+ *               line on stderr, and the profile is written
+ *   no unwinder  libgcc's unwinder refused (a preloaded dlopen): samples
+ *               record one frame each and the profile is written; with
+ *               it, stacks of more
  *
  * Call sites are told apart by address: each site function sits in a
  * section of its own, whose bounds the linker provides. */
@@ -1171,6 +1176,15 @@ static int exit_child(void)
     return 0;
 }
 
+/* HAK_PROFILE_CHILD=keep: 64 blocks, sampled at HAKMEM_PROFILE_RATE, live
+ * at exit (the profile at PATH then lists them with their stacks). */
+void *volatile g_kept[64];
+static int keep_child(void)
+{
+    for (int i = 0; i < 64; i++) g_kept[i] = HAK_STD(malloc)(64 * KiB);
+    return 0;
+}
+
 /* ---- files -------------------------------------------------------------------------- */
 static mode_t mode_of(const char *path)
 {
@@ -1460,6 +1474,74 @@ static void test_signal_without_profile(void **state)
     free(err);
 }
 
+/* A signal no handler can catch: one line on stderr, and the profile is
+ * written as without the setting. */
+static void test_signal_uncatchable(void **state)
+{
+    (void)state;
+    char path[320], text[400];
+    path_in_dir(path, sizeof path, "uncatchable");
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *env[] = { text, "HAKMEM_PROFILE_SIGNAL=9", "HAKMEM_PROFILE_RATE=4096", NULL };
+    expect_exit0("keep", run_child("keep", env, 0, 60));
+    char *err = child_err("keep");
+    if (lines_with(err, "HAKMEM_PROFILE_SIGNAL=9 cannot be caught; ignored") != 1)
+        fail_msg("no line on an uncatchable HAKMEM_PROFILE_SIGNAL:\n%s", err);
+    free(err);
+    prof_t prof;
+    parse_profile(path, NULL, 0, &prof);
+    assert_true(prof.lines > 0);
+}
+
+#ifdef HAK_TEST_PRELOAD
+/* The frames of the stack with the most of them in a heap profile. */
+static unsigned deepest_stack(const char *path)
+{
+    char *text = read_file(path);
+    if (text == NULL) fail_msg("cannot read heap profile %s: %s", path, strerror(errno));
+    unsigned most = 0;
+    for (char *line = strchr(text, '\n'); line != NULL && strncmp(line + 1, "MAPPED", 6) != 0;
+         line = strchr(line + 1, '\n')) {
+        char *at = strchr(line + 1, '@'), *end = strchr(line + 1, '\n');
+        if (at == NULL || (end != NULL && at > end)) continue;
+        unsigned frames = 0;
+        for (char *a = at; (a = strstr(a, " 0x")) != NULL && (end == NULL || a < end); a += 3)
+            frames++;
+        if (frames > most) most = frames;
+    }
+    free(text);
+    return most;
+}
+
+/* No unwinder to load (libgcc refused, as by a sandbox): samples record one
+ * frame, their caller's, and the profile is written; with it, whole
+ * stacks. */
+static void test_no_unwinder(void **state)
+{
+    (void)state;
+    char path[320], text[400];
+    path_in_dir(path, sizeof path, "unwound");
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *with[] = { text, "HAKMEM_PROFILE_RATE=4096", NULL };
+    expect_exit0("keep", run_child("keep", with, 0, 60));
+    unsigned deep = deepest_stack(path);
+    path_in_dir(path, sizeof path, "not-unwound");
+    snprintf(text, sizeof text, "HAKMEM_PROFILE=%s", path);
+    const char *without[] = { text, "HAKMEM_PROFILE_RATE=4096", "LD_PRELOAD=" HAK_TEST_PRELOAD, NULL };
+    expect_exit0("keep", run_child("keep", without, 0, 60));
+    unsigned flat = deepest_stack(path);
+    print_message("deepest stack: %u frames with the unwinder, %u without\n", deep, flat);
+    assert_true(deep > 1);
+    assert_int_equal(flat, 1);
+}
+#else
+static void test_no_unwinder(void **state)
+{
+    (void)state;
+    skip();     /* (a build with no preload library: the sanitizers') */
+}
+#endif
+
 /* ---- the run ------------------------------------------------------------------------- */
 static void remove_dir(void)
 {
@@ -1502,6 +1584,7 @@ int main(int argc, char **argv)
         int rc = strcmp(child, "fds") == 0      ? fds_child()
                  : strcmp(child, "cancel") == 0  ? cancel_child()
                  : strcmp(child, "pending") == 0 ? pending_child()
+                 : strcmp(child, "keep") == 0    ? keep_child()
                                                  : exit_child();
         exit(rc);
     }
@@ -1523,6 +1606,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_profile_descriptors),
         cmocka_unit_test(test_profile_cancel),
         cmocka_unit_test(test_signal_without_profile),
+        cmocka_unit_test(test_signal_uncatchable),
+        cmocka_unit_test(test_no_unwinder),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     remove_dir();
