@@ -61,7 +61,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_large(size_t size) {
     return large_alloc(size, 0, false);
 }
 
-static void *malloc_slow(size_t size, hak_heap_t *h);
+static void *malloc_slow(size_t size, unsigned cls, hak_heap_t *h);
 
 /* What the layers below stamped for the purger starts it, now that no
  * lock is held; a malloc also starts it for an earlier free that asked. */
@@ -81,7 +81,7 @@ static inline void purge_request_due(hak_heap_t *h) {
  * HAKMEM_STATS (whose fast paths keep seeing the empty heap) every one.
  * Starts hakmem if it has not started, and makes or adopts the thread's
  * heap. */
-HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size, unsigned cls) {
     hak_ensure_init();
     if (size <= HAK_L2_MAX) {                /* a young thread: the nursery */
         bool kick;
@@ -90,11 +90,10 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
         if (q != NULL) return q;
     }
     hak_heap_t *h = hak_heap_for_thread();
-    if (h == NULL) return hak_alloc_without_heap(size);
-    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc(h, size)
-                                   : hak_pool_alloc(h, hak_mid_class(size), size);
-    if (p == NULL) p = malloc_slow(size, h);
-    if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+    if (h == NULL) return hak_alloc_without_heap(size, cls);
+    void *p = cls < HAK_L2_FIRST ? hak_tiny_alloc_class(h, cls, size) : hak_pool_alloc(h, cls, size);
+    if (p == NULL) p = malloc_slow(size, cls, h);
+    if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
     purge_kick_due(h);      /* an adopted heap collects and retires slabs */
     return p;
 }
@@ -104,19 +103,21 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size) {
  * path, or due now: the fast path counts only when it has a block); a
  * malloc_trim of another thread asking this one to flush (trim_request);
  * then the tier's slow path, and after it, every 256th time, housekeeping
- * (hakmem_purge.c), and the purger if the layers below stamped enough. */
-HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h) {
+ * (hakmem_purge.c), and the purger if the layers below stamped enough.
+ * size: what the profiler counts; cls: the class that serves the request
+ * (a twin only for an alignment call: the request's size names the other). */
+HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, unsigned cls, hak_heap_t *h) {
     if (hak_tls_remote.active != 0 && hak_remote_flush()) hak_purge_request();
-    if (h == &hak_empty_heap) return malloc_first(size);
+    if (h == &hak_empty_heap) return malloc_first(size, cls);
     if (h->sample_left < 0 || (h->sample_left -= (int64_t)size) < 0) {
-        void *q = hak_profile_alloc(size);
+        void *q = hak_profile_alloc(size, cls);
         purge_kick_due(h);       /* a free may have asked for the purger */
         return q;
     }
     if (hak_unlikely(atomic_load_explicit(&h->trim_request, memory_order_relaxed)))
         hak_heap_trim_self(h);
     int saved = errno;
-    void *p = size <= HAK_TINY_MAX ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(size, h);
+    void *p = cls < HAK_L2_FIRST ? hak_tiny_alloc_slow(size, h) : hak_pool_alloc_slow(cls, h);
     if (hak_unlikely(p == NULL) && hak_profile_on) {
         /* Out of memory, with the profiler on: the blocks it sampled
          * live in heaps of its own, whose free pages no other request
@@ -125,7 +126,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
          * It weighs in the profile as any sample, a rate's worth of bytes:
          * the profile is that much off where memory ran out. */
         h->sample_left = -1;
-        p = hak_profile_alloc(size);
+        p = hak_profile_alloc(size, cls);
         if (p != NULL) errno = saved;      /* a success leaves errno alone */
     }
     hak_heap_shrink_check(h);
@@ -135,12 +136,19 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, hak_heap_t *h)
     return p;
 }
 
+/* The Tiny fast paths' miss: the class is looked up again here (passed
+ * along, it cost every malloc a register copy). */
+HAK_ALLOC_PATH static HAK_NOINLINE void *tiny_slow(size_t size, hak_heap_t *h) {
+    return malloc_slow(size, hak_tiny_class(size), h);
+}
+
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
     if (hak_likely(size <= HAK_L25_MAX)) {
-        void *p = hak_pool_alloc(h, hak_mid_class(size), size);
+        unsigned cls = hak_mid_class(size);
+        void *p = hak_pool_alloc(h, cls, size);
         if (hak_likely(p != NULL)) return p;
-        return malloc_slow(size, h);
+        return malloc_slow(size, cls, h);
     }
     return alloc_large(size);
 }
@@ -150,7 +158,7 @@ HAK_ALLOC_PATH void *hak_malloc(size_t size) {
     if (hak_likely(size <= HAK_TINY_MAX)) {
         void *p = hak_tiny_alloc(h, size);
         if (hak_likely(p != NULL)) return p;
-        return malloc_slow(size, h);
+        return tiny_slow(size, h);
     }
     return alloc_mid_or_large(size, h);
 }
@@ -184,7 +192,7 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
     if (hak_likely(total <= 128)) {           /* malloc's Tiny fast path, inline */
         hak_heap_t *h = hak_tls_fast_heap;
         void *p = hak_tiny_alloc(h, total);
-        if (hak_unlikely(p == NULL) && (p = malloc_slow(total, h)) == NULL) return NULL;
+        if (hak_unlikely(p == NULL) && (p = tiny_slow(total, h)) == NULL) return NULL;
         zero_small(p, total);
         return p;
     }
@@ -195,7 +203,8 @@ HAK_ALLOC_PATH void *hak_calloc(size_t n, size_t size) {
 }
 
 /* An aligned request up to 1 MiB takes the first class that holds it
- * whose blocks are all aligned (a power-of-two class at the latest); an
+ * whose blocks are all aligned (a power-of-two class at the latest; for an
+ * alignment above 64 KiB an aligned twin: hak_aligned_class); an
  * alignment of 16 or less (0 from memalign included) is malloc's, every
  * block being 16-aligned.  The fast path is malloc's pop for that class,
  * and leaves errno alone (NULL: the cache or ring is empty, the profiler's
@@ -214,13 +223,14 @@ static inline HAK_ALLOC_PATH void *aligned_pop(size_t align, size_t size) {
     return p;
 }
 
-/* The rest: malloc of the request or of the class's block size (its slow
- * path: refills, sampling, ENOMEM), or a large block. */
+/* The rest: malloc of the request, the class's slow path for its block
+ * size (refills, sampling, ENOMEM), or a large block. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *aligned_slow(size_t align, size_t size) {
     if (align <= 16) return hak_malloc(size);
     size_t need = size > align ? size : align;
     if (need <= HAK_L25_MAX) {
-        void *p = hak_malloc(hak_class_block_size[hak_aligned_class(need, align)]);
+        unsigned cls = hak_aligned_class(need, align);
+        void *p = malloc_slow(hak_class_block_size[cls], cls, hak_tls_fast_heap);
         hak_assert(p == NULL || ((uintptr_t)p & (align - 1)) == 0);
         return p;
     }
@@ -436,7 +446,7 @@ extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 /* What the Tiny fast path did not serve: malloc's slow path or the mid
  * and large tiers, then, with no memory, libstdc++'s loop. */
 HAK_ALLOC_PATH static HAK_NOINLINE void *cxx_new_slow(size_t size, hak_heap_t *h) {
-    void *p = size <= HAK_TINY_MAX ? malloc_slow(size, h) : alloc_mid_or_large(size, h);
+    void *p = size <= HAK_TINY_MAX ? tiny_slow(size, h) : alloc_mid_or_large(size, h);
     while (p == NULL) {
         void (*handler)(void) = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
         if (handler == NULL) {

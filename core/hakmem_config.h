@@ -57,7 +57,14 @@
 #define HAK_TINY_CLASSES  20
 #define HAK_L2_CLASSES    23
 #define HAK_L25_CLASSES   17
-#define HAK_NUM_CLASSES   (HAK_TINY_CLASSES + HAK_L2_CLASSES + HAK_L25_CLASSES)
+/* The classes a request size maps to (hak_size_class), then the aligned
+ * twins of the power-of-two L2.5 classes from 128 KiB on: the same blocks,
+ * in slabs that start on a multiple of the block size, for the alignment
+ * calls only (box/size_class_box.h).  Twins are L2.5 classes. */
+#define HAK_SIZE_CLASSES  (HAK_TINY_CLASSES + HAK_L2_CLASSES + HAK_L25_CLASSES)
+#define HAK_TWIN_CLASSES  4
+#define HAK_TWIN_FIRST    HAK_SIZE_CLASSES
+#define HAK_NUM_CLASSES   (HAK_SIZE_CLASSES + HAK_TWIN_CLASSES)
 #define HAK_L2_FIRST      HAK_TINY_CLASSES
 #define HAK_L25_FIRST     (HAK_TINY_CLASSES + HAK_L2_CLASSES)
 

@@ -304,17 +304,17 @@ hak_heap_t *hak_heap_take_over_slow(hak_heap_t *a, bool *kick) {
     return a;
 }
 
-/* An allocation from heap h that nothing samples: the fast path, then the
- * tier's slow path (a borrowed heap, below; the profiler's own requests,
- * made with the countdown set aside). */
-HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size) {
+/* An allocation of class cls from heap h that nothing samples: the fast
+ * path, then the tier's slow path (a borrowed heap, below; the profiler's
+ * own requests, made with the countdown set aside). */
+HAK_ALLOC_PATH void *hak_heap_alloc(hak_heap_t *h, size_t size, unsigned cls) {
     void *p;
-    if (size <= HAK_TINY_MAX) {
-        p = hak_tiny_alloc(h, size);
+    if (cls < HAK_L2_FIRST) {
+        p = hak_tiny_alloc_class(h, cls, size);
         return p != NULL ? p : hak_tiny_alloc_slow(size, h);
     }
-    p = hak_pool_alloc(h, hak_mid_class(size), size);
-    return p != NULL ? p : hak_pool_alloc_slow(size, h);
+    p = hak_pool_alloc(h, cls, size);
+    return p != NULL ? p : hak_pool_alloc_slow(cls, h);
 }
 
 /* A heap of no thread, set up after heap_setup (caller holds heap_lock). */
@@ -387,7 +387,8 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size, bool *kick) {
     hak_heap_t *n = &hak_nursery_heap;
     hak_lock(&n->lock);
     n->lock_depth = 1;
-    void *p = hak_heap_alloc(n, lines != 0 ? lines : HAK_CACHE_LINE);
+    if (lines == 0) lines = HAK_CACHE_LINE;
+    void *p = hak_heap_alloc(n, lines, hak_request_class(lines));
     *kick = hak_heap_kick_due(n);
     n->lock_depth = 0;
     hak_unlock(&n->lock);
@@ -643,7 +644,7 @@ bool hak_heap_thread_exit(hak_heap_t *h) {
 
 /* Allocation by a thread whose heap is gone (a destructor running after
  * ours): borrow an abandoned heap under the lock for this one call. */
-HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
+HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size, unsigned cls) {
     hak_lock(&heap_lock);
     hak_heap_t *h = heap_take_locked(false);
     void *p = NULL;
@@ -651,8 +652,8 @@ HAK_ALLOC_PATH void *hak_alloc_without_heap(size_t size) {
         hak_tls_own_heap = h;
         if (!hak_opt.stats) hak_tls_fast_heap = h;     /* with stats, counted below */
         h->keep_spares = HAK_SPARES_REFILL;
-        p = hak_heap_alloc(h, size);
-        if (hak_opt.stats && p != NULL) hak_stats_alloc_request(size);
+        p = hak_heap_alloc(h, size, cls);
+        if (hak_opt.stats && p != NULL) hak_stats_alloc(cls, hak_class_block_size[cls]);
         /* An abandoned heap's rings are empty: a reclaim may run where the
          * shared L2.5 heap's lock is held (making room for its SuperSlab),
          * and must not need it. */

@@ -50,7 +50,7 @@ HAK_INTERNAL bool hak_heap_thread_exit(hak_heap_t *h);
 HAK_INTERNAL void hak_heap_fork_lock(void);
 HAK_INTERNAL void hak_heap_fork_unlock(void);
 HAK_INTERNAL void hak_heap_fork_child(void);
-HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size);
+HAK_INTERNAL void *hak_heap_alloc(hak_heap_t *h, size_t size, unsigned cls);
 /* A heap of no thread, whose SuperSlabs are tagged `chunk_kind`: never
  * adopted, swept or housekept (the heap profiler's). */
 HAK_INTERNAL hak_heap_t *hak_heap_new_private(uint8_t chunk_kind);
@@ -75,7 +75,7 @@ static inline bool hak_heap_is_shared(const hak_heap_t *h) {
 }
 HAK_INTERNAL void hak_heap_fork_lock_shared(void);
 HAK_INTERNAL void hak_heap_fork_unlock_shared(void);
-HAK_INTERNAL void *hak_alloc_without_heap(size_t size);
+HAK_INTERNAL void *hak_alloc_without_heap(size_t size, unsigned cls);
 /* What hak_heap_reclaim_abandoned does, and to which heaps. */
 enum {
     HAK_RECLAIM_ONE      = 1,  /* the heap that has waited longest (housekeeping:

@@ -39,8 +39,7 @@ static hak_ring_t *ring_open(hak_heap_t *h, unsigned cls) {
  *   big blocks, few to a slab) goes into the array, the block deepest in
  *   the list handed out first: popped in list order from a chain instead,
  *   Python's 8 threads peaked 4 % higher (bench_py_threads). */
-HAK_ALLOC_PATH void *hak_pool_alloc_slow(size_t size, hak_heap_t *h) {
-    unsigned cls = hak_mid_class(size);
+HAK_ALLOC_PATH void *hak_pool_alloc_slow(unsigned cls, hak_heap_t *h) {
     hak_ring_t *r = hak_pool_ring(h, cls);
     if (r == &hak_empty_ring) r = ring_open(h, cls);
     unsigned want = hak_refill_want(h, cls, r->cap > 1 ? r->cap / 2 : 1);

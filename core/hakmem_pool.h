@@ -11,7 +11,7 @@
 
 extern hak_ring_t hak_empty_ring;
 
-HAK_INTERNAL void *hak_pool_alloc_slow(size_t size, hak_heap_t *h);
+HAK_INTERNAL void *hak_pool_alloc_slow(unsigned cls, hak_heap_t *h);
 HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p);
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);

@@ -11,7 +11,7 @@ HAK_INTERNAL void  hak_profile_init(void);
 /* From the library's constructor, once hakmem is set up: what start-up
  * does that may allocate (the unwinder) or must not wait (the signal). */
 HAK_INTERNAL void  hak_profile_start(void);
-HAK_INTERNAL void *hak_profile_alloc(size_t size);
+HAK_INTERNAL void *hak_profile_alloc(size_t size, unsigned cls);
 HAK_INTERNAL bool  hak_profile_large_due(size_t size);
 HAK_INTERNAL void  hak_profile_large_sampled(void *p, size_t size);
 HAK_INTERNAL void  hak_profile_large_free(void *p);

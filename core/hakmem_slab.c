@@ -137,7 +137,7 @@ static hak_slab_t *slab_new(hak_heap_t *h, unsigned cls) {
     size_t limit = ((size_t)idx + s->npages) << HAK_PAGE_SHIFT;
     s->free = NULL;
     s->used = 0;
-    s->tier = (uint8_t)hak_class_tier((int)cls);
+    s->tier = (uint8_t)hak_tier_of_class(cls);
     s->notify_pending = 0;
     s->cls = (uint8_t)cls;
     s->owner = h;

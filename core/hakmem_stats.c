@@ -34,12 +34,6 @@ void hak_stats_alloc(unsigned cls, size_t bytes) {
     add_live((int64_t)bytes);
 }
 
-/* A request of at most 1 MiB, in the class that serves it. */
-void hak_stats_alloc_request(size_t size) {
-    unsigned cls = (unsigned)hak_size_class(size);
-    hak_stats_alloc(cls, hak_class_block_size[cls]);
-}
-
 void hak_stats_free(unsigned cls, size_t bytes, bool remote) {
     atomic_fetch_add_explicit(&frees[cls], 1, memory_order_relaxed);
     if (remote) atomic_fetch_add_explicit(&remote_frees[cls], 1, memory_order_relaxed);
@@ -52,7 +46,7 @@ void hak_stats_refill(unsigned cls) {
 
 static const char *tier_name(unsigned cls) {
     static const char *names[] = { "-", "tiny", "l2", "l2.5", "large" };
-    return cls == LARGE_ROW ? "large" : names[hak_class_tier((int)cls)];
+    return cls == LARGE_ROW ? "large" : names[hak_tier_of_class(cls)];
 }
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -77,7 +71,7 @@ static void print_report(const sink_t *k) {
     snprintf(line, sizeof line, "hakmem stats%s\n",
              hak_opt.stats ? "" : " (HAKMEM_STATS=0: only memory figures)");
     emit(k, line);
-    snprintf(line, sizeof line, "  %-5s %7s %12s %12s %12s %10s\n", "tier", "size", "allocs",
+    snprintf(line, sizeof line, "  %-5s %10s %12s %12s %12s %10s\n", "tier", "size", "allocs",
              "frees", "remote", "refills");
     emit(k, line);
     for (unsigned c = 0; c <= LARGE_ROW; c++) {
@@ -87,9 +81,9 @@ static void print_report(const sink_t *k) {
         uint64_t r = atomic_load_explicit(&remote_frees[c], memory_order_relaxed);
         uint64_t rf = c < LARGE_ROW ? atomic_load_explicit(&refills[c], memory_order_relaxed) : 0;
         char size[16];
-        if (c < LARGE_ROW) snprintf(size, sizeof size, "%u", hak_class_block_size[c]);
-        else snprintf(size, sizeof size, ">1M");
-        snprintf(line, sizeof line, "  %-5s %7s %12llu %12llu %12llu %10llu\n", tier_name(c),
+        if (c >= LARGE_ROW) snprintf(size, sizeof size, ">1M");
+        else snprintf(size, sizeof size, c < HAK_TWIN_FIRST ? "%u" : "%u/al", hak_class_block_size[c]);
+        snprintf(line, sizeof line, "  %-5s %10s %12llu %12llu %12llu %10llu\n", tier_name(c),
                  size, (unsigned long long)a, (unsigned long long)f, (unsigned long long)r,
                  (unsigned long long)rf);
         emit(k, line);

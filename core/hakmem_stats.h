@@ -6,7 +6,6 @@
 #include "hakmem_config.h"
 
 HAK_INTERNAL void hak_stats_alloc(unsigned cls, size_t bytes);
-HAK_INTERNAL void hak_stats_alloc_request(size_t size);
 HAK_INTERNAL void hak_stats_free(unsigned cls, size_t bytes, bool remote);
 HAK_INTERNAL void hak_stats_refill(unsigned cls);
 HAK_INTERNAL void hak_stats_resize(int64_t delta);

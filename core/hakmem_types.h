@@ -332,7 +332,7 @@ typedef struct hak_heap {
                                       blocks (no thread; used under its
                                       profiler state's lock)                */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
-    hak_l25_ring_t   l25[HAK_L25_CLASSES];
+    hak_l25_ring_t   l25[HAK_NUM_CLASSES - HAK_L25_FIRST];
 } hak_heap_t;
 
 /* ---- reading them -------------------------------------------------------- */

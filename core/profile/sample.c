@@ -177,7 +177,9 @@ static hak_heap_t *prof_blocks(struct hak_prof *pl) {
 
 /* An allocation from h that the countdown does not see (sample_left is
  * INT64_MAX meanwhile). */
-static void *alloc_plain(hak_heap_t *h, size_t size) { return hak_heap_alloc(h, size); }
+static void *alloc_plain(hak_heap_t *h, size_t size, unsigned cls) {
+    return hak_heap_alloc(h, size, cls);
+}
 
 /* A block of class cls from b, the heap of sampled blocks, for its owner
  * (pl->lock held).  A Tiny slab's free list is the owner's alone: popped
@@ -202,13 +204,12 @@ static inline bool take_block(hak_heap_t *b, unsigned cls, void **p) {
  * if it has no block or no room for the record (the caller then serves it
  * as usual). */
 static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, size_t size,
-                                                                void *caller) {
+                                                                unsigned cls, void *caller) {
     struct hak_prof *pl = h->prof;
     hak_heap_t *b = pl != NULL ? prof_blocks(pl) : NULL;
     if (b == NULL) return NULL;
     sample_stack_t st;
     sample_stack(pl, &root_alloc, &st, caller);
-    unsigned cls = (unsigned)hak_size_class(size);
     void *p = NULL;
     prof_lock(&pl->lock);
     prof_ent_t *site = prof_tab_room(&pl->rec) ? site_of(pl, &st) : NULL;
@@ -223,10 +224,11 @@ static inline __attribute__((always_inline)) void *sample_block(hak_heap_t *h, s
 }
 
 /* The countdown of the thread's heap went negative on a request of `size`
- * (at most 1 MiB), or the heap has not started sampling yet.  The heap is
- * hak_tls_own_heap (the fast paths count on it, or on the empty heap, which
- * never gets here), fetched here so the fast path keeps no register for it. */
-HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
+ * (at most 1 MiB, served by class cls), or the heap has not started
+ * sampling yet.  The heap is hak_tls_own_heap (the fast paths count on it,
+ * or on the empty heap, which never gets here), fetched here so the fast
+ * path keeps no register for it. */
+HAK_ALLOC_PATH void *hak_profile_alloc(size_t size, unsigned cls) {
     hak_heap_t *h = hak_tls_own_heap;
     int64_t left = h->sample_left;
     if (!h->prof_ready) left = prof_heap_start(h) - (int64_t)size;
@@ -240,10 +242,10 @@ HAK_ALLOC_PATH void *hak_profile_alloc(size_t size) {
         if (hak_heap_state(h) == HAK_HEAP_ACTIVE && tls_prof_locks == 0) {
             if (hak_unlikely(atomic_load_explicit(&prof_dump_requested, memory_order_relaxed)))
                 prof_dump_on_signal();
-            p = sample_block(h, size, __builtin_return_address(0));
+            p = sample_block(h, size, cls, __builtin_return_address(0));
         }
     }
-    if (p == NULL) p = alloc_plain(h, size);
+    if (p == NULL) p = alloc_plain(h, size, cls);
     h->sample_left = hak_profile_on ? left : INT64_MAX;
     return p;
 }

@@ -421,17 +421,24 @@ static void test_sampled_blocks(void **state)
         assert_int_equal(pat_check(q, n, (uint64_t)i), n);
         HAK_STD(free)(q);
     }
-    /* power-of-two requests through the memalign family keep their alignment */
+    /* power-of-two requests through the memalign family keep their
+     * alignment, those above 64 KiB (the aligned twin classes) too */
     sampled = 0;
+    int twins_sampled = 0;
     for (int i = 0; i < N; i++) {
         size_t align = (size_t)1 << (4 + i % 17);
         void *q = HAK_STD(aligned_alloc)(align, align);
         assert_non_null(q);
         if ((uintptr_t)q % align != 0) fail_msg("aligned_alloc(%zu) = %p", align, q);
         sampled += hak_profile_sampled(q);
+        if (align > 64 * KiB) {
+            assert_int_equal(hak_usable_size(q), align);
+            twins_sampled += hak_profile_sampled(q);
+        }
         p[i] = q;
     }
     assert_true(sampled > 0);
+    assert_true(twins_sampled > 0);     /* P(none) < 1e-19 */
     free_all(p, N);
     /* a large block, sampled or not, is told apart too */
     void *big = HAK_STD(malloc)(64 * MiB);

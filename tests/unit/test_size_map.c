@@ -18,38 +18,76 @@
 
 /* ------------------------------------------------------------------------ */
 
+/* Where a slab of class c starts, at the least: Tiny slabs at HAK_SS_DATA0
+ * on page 0 (else a page), the others at their span's alignment. */
+static size_t slab_start_align(unsigned c)
+{
+    return c < HAK_L2_FIRST ? (HAK_SS_DATA0 & -HAK_SS_DATA0)
+                            : (size_t)hak_class_span_align(c) << HAK_PAGE_SHIFT;
+}
+
 /* hak_class_aligned_mask against its rule: class c is aligned to 2^k when
- * its block size and its slabs' first block are (a 64 KiB page; for Tiny
- * slabs also HAK_SS_DATA0, where they start on page 0 of a SuperSlab; the
- * class's own size for power-of-two classes above a page); and
- * hak_aligned_class picks the first such class that holds the size. */
+ * its block size and its slabs' first block are; and hak_aligned_class
+ * picks the first such class that holds the size, or above a page the
+ * twin of the power of two that holds it. */
 static void test_aligned_masks(void **state)
 {
     (void)state;
     for (unsigned k = 0; k < HAK_ALIGNED_MASKS; k++) {
         size_t a = (size_t)1 << k;
-        for (int c = 0; c < HAK_NUM_CLASSES; c++) {
+        for (unsigned c = 0; c < HAK_NUM_CLASSES; c++) {
             size_t bs = hak_class_block_size[c];
-            size_t start = c < HAK_L2_FIRST ? (HAK_SS_DATA0 & -HAK_SS_DATA0)
-                                            : (size_t)hak_class_span_align((unsigned)c) << HAK_PAGE_SHIFT;
-            bool aligned = bs % a == 0 && start % a == 0;
+            bool aligned = bs % a == 0 && slab_start_align(c) % a == 0;
             if (aligned != ((hak_class_aligned_mask[k] >> c) & 1))
-                fail_msg("class %d (%zu B): aligned to %zu is %d in the mask, %d by the rule", c, bs,
+                fail_msg("class %u (%zu B): aligned to %zu is %d in the mask, %d by the rule", c, bs,
                          a, (int)((hak_class_aligned_mask[k] >> c) & 1), aligned);
         }
+    }
+    for (unsigned k = 0; (size_t)1 << k <= L25_MAX; k++) {
+        size_t a = (size_t)1 << k;
         for (size_t n = 1; n <= L25_MAX; n += n < 4096 ? 1 : 251) {
             size_t need = n > a ? n : a;
             if (need > L25_MAX) break;
             unsigned c = hak_aligned_class(need, a);
-            if (hak_class_block_size[c] < need || hak_class_block_size[c] % a != 0)
-                fail_msg("hak_aligned_class(%zu, %zu) = class %u (%u B)", need, a, c,
-                         hak_class_block_size[c]);
-            for (unsigned d = (unsigned)hak_size_class(need); d < c; d++)
-                if ((hak_class_aligned_mask[k] >> d) & 1)
-                    fail_msg("hak_aligned_class(%zu, %zu) = class %u, but class %u comes first", need,
-                             a, c, d);
+            size_t bs = hak_class_block_size[c];
+            if (c >= HAK_NUM_CLASSES || bs < need || bs % a != 0 || slab_start_align(c) % a != 0)
+                fail_msg("hak_aligned_class(%zu, %zu) = class %u (%zu B)", need, a, c, bs);
+            if (k < HAK_ALIGNED_MASKS) {
+                if (c >= HAK_TWIN_FIRST)
+                    fail_msg("hak_aligned_class(%zu, %zu) = twin %u: a plain class serves it", need,
+                             a, c);
+                for (unsigned d = (unsigned)hak_size_class(need); d < c; d++)
+                    if ((hak_class_aligned_mask[k] >> d) & 1)
+                        fail_msg("hak_aligned_class(%zu, %zu) = class %u, but class %u comes first",
+                                 need, a, c, d);
+            } else if (c < HAK_TWIN_FIRST || bs >= 2 * need) {
+                fail_msg("hak_aligned_class(%zu, %zu) = class %u (%zu B): not the least twin", need,
+                         a, c, bs);
+            }
         }
     }
+}
+
+/* The twins are the power-of-two L2.5 classes from 128 KiB on, in that
+ * order, and no request size maps to them; only they start aligned above a
+ * page (a plain class's span takes any page: aligned, it waits for a run
+ * that starts on a multiple of its size). */
+static void test_twin_classes(void **state)
+{
+    (void)state;
+    for (unsigned t = 0; t < HAK_TWIN_CLASSES; t++) {
+        unsigned c = HAK_TWIN_FIRST + t;
+        size_t bs = (size_t)128 * KiB << t;
+        assert_int_equal(hak_class_block_size[c], bs);
+        assert_int_equal(hak_class_span_align(c) << HAK_PAGE_SHIFT, bs);
+        unsigned plain = (unsigned)hak_size_class(bs);
+        assert_int_equal(hak_class_block_size[plain], bs);
+        assert_int_equal(hak_class_span_pages(c), hak_class_span_pages(plain));
+        assert_int_equal(hak_class_size((int)c), 0);
+        assert_int_equal(hak_class_tier((int)c), HAK_TIER_NONE);
+    }
+    for (unsigned c = 0; c < HAK_TWIN_FIRST; c++) assert_int_equal(hak_class_span_align(c), 1);
+    assert_int_equal(hak_class_count(), HAK_TWIN_FIRST);
 }
 
 static void test_class_table(void **state)
@@ -219,6 +257,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_class_table),
         cmocka_unit_test(test_aligned_masks),
+        cmocka_unit_test(test_twin_classes),
         cmocka_unit_test(test_tier_boundaries),
         cmocka_unit_test(test_every_size_fits),
         cmocka_unit_test(test_class_size_maps_to_itself),

@@ -511,6 +511,38 @@ static void test_spares_give_way(void **state)
     hak_heap_unlock(h);
 }
 
+/* A power-of-two class's span takes the first free pages, at any page:
+ * aligned, it would leave a page empty before it.  Its aligned twin's
+ * span starts on a multiple of its size. */
+static void test_twin_span_alignment(void **state)
+{
+    (void)state;
+    hak_heap_t *h = owned_heap();
+    enum { BLOCK = 131072, PAGES = BLOCK / HAK_PAGE_SIZE };
+    unsigned plain = (unsigned)hak_size_class(BLOCK), twin = HAK_TWIN_FIRST;
+    assert_int_equal(hak_class_block_size[twin], BLOCK);
+    unsigned n = 0, next;
+    do {                       /* one-page spans until the next free page is odd */
+        spans[n] = take(h, 1, 1, false);
+        next = (unsigned)(spans[n] - hak_ss_of(spans[n])->slabs) + 1;
+        n++;
+    } while (next % PAGES == 0);
+    hak_superslab_t *ss = hak_ss_of(spans[0]);
+    void *p, *q;
+    assert_int_equal(take_blocks(h, plain, 1, 1, &p), 1);
+    assert_int_equal(take_blocks(h, twin, 1, 1, &q), 1);
+    assert_ptr_equal(hak_ss_of(hak_slab_of(p)), ss);
+    assert_ptr_equal(hak_ss_of(hak_slab_of(q)), ss);
+    assert_int_equal(hak_slab_of(p) - ss->slabs, next);
+    assert_int_equal(hak_slab_of(q) - ss->slabs, next + PAGES + 1);
+    assert_int_equal((uintptr_t)q % BLOCK, 0);
+    assert_int_equal(hak_slab_of(q)->cls, twin);
+    assert_int_equal(hak_slab_of(q)->tier, HAK_TIER_L25);
+    give_back(h, p);
+    give_back(h, q);
+    free_all(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_span_search_resident_page0),
         cmocka_unit_test(test_span_search_resident_far),
         cmocka_unit_test(test_spares_give_way),
+        cmocka_unit_test(test_twin_span_alignment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
