@@ -250,9 +250,13 @@ static void test_tiers_single(void **state)
     /* By design a SuperSlab turns DRAINING only with at most 8 of its 64
      * pages in use, and free resident pages anywhere are reused first, so
      * 5% random survivors of small blocks (plus new ones) may well keep every
-     * SuperSlab HOT: required over the whole run, only reported for the 95%
-     * phase. */
-    assert_true(dmax > 0 || low < peak);
+     * SuperSlab HOT: only reported for the 95% phase.  Once all is freed,
+     * what still pins SuperSlabs is the thread's rings and caches (until it
+     * allocates again or trims) and the shared L2.5 heap's empty slabs kept
+     * for its next refills, which a timed purge pass retires: required
+     * where a pass comes within the wait, else (no delay: no passes; an
+     * hour) only reported, the trim below giving the memory back. */
+    if (steps > 1) assert_true(dmax > 0 || low < peak);
     munmap(tab, SINGLE_MAX * sizeof(slim_t));
     munmap(order, SINGLE_MAX * sizeof(uint32_t));
     assert_int_equal(atomic_load(&stress_errors) - errs0, 0);
