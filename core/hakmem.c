@@ -153,7 +153,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_hea
     return alloc_large(size);
 }
 
-HAK_ALLOC_PATH void *hak_malloc(size_t size) {
+HAK_ALLOC_PATH HAK_ENTRY_ALIGN void *hak_malloc(size_t size) {
     hak_heap_t *h = hak_tls_fast_heap;
     if (hak_likely(size <= HAK_TINY_MAX)) {
         void *p = hak_tiny_alloc(h, size);
@@ -403,7 +403,7 @@ static HAK_NOINLINE void free_cold(void *p, unsigned kind) {
     __libc_free(p);
 }
 
-void hak_free(void *p) {
+HAK_ENTRY_ALIGN void hak_free(void *p) {
     unsigned kind = hak_chunk_kind_flat(p);
     if (hak_likely(kind == HAK_CHUNK_SS)) {
         if (hak_unlikely(!hak_free_check(p))) {
