@@ -104,8 +104,8 @@ static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t no
 /* An L2 / L2.5 block back to its slab, under the heap's lock. */
 static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
     hak_slab_t *s = hak_slab_of(p);
-    if (at_once && s->tier == HAK_TIER_L25) {
-        hak_l25_block_decommit(p, s->cls);
+    if (at_once && hak_slab_purges_blocks(s)) {
+        hak_block_decommit(p, s->cls);
         hak_block_clean(p);
     } else {
         hak_block_stamp(p, now);

@@ -199,9 +199,10 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
 /* ---- giving back pages of a live slab ---------------------------------------
  * Free blocks that have stayed unused for the purge delay (hak_slab_purge,
  * from the purger, under the owner's heap lock):
- *   L2.5   every page of the block but the first (which holds its link,
+ *   L2.5 and L2 slabs of several pages (blocks of 10 KiB and more): every
+ *          page of the block but the first (which holds its link,
  *          freed-mark and stamp); the block stays on the free list.
- *   L2     (one-page slabs, at most 51 blocks) a whole 4 KiB page whose
+ *   L2     one-page slabs (at most 51 blocks) a whole 4 KiB page whose
  *          blocks are all free and all due; its blocks leave the free list
  *          (their links would read back as zero) and come back when the
  *          slab runs dry (slab_reattach). */
@@ -225,29 +226,30 @@ static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
     return bits;
 }
 
-/* A free L2.5 block gives its pages to the OS, all but the first (which
- * holds its link, freed-mark and stamp): once it has stayed unused on its
- * slab's free list for the purge delay (hak_slab_purge), or at once when
- * the ring flushes it with HAKMEM_PURGE_DELAY_MS=0 (hakmem_pool.c). */
-void hak_l25_block_decommit(void *p, unsigned cls) {
+/* A free block of a slab that gives back block by block
+ * (hak_slab_purges_blocks) gives its pages to the OS, all but the first
+ * (which holds its link, freed-mark and stamp): once it has stayed unused
+ * on its slab's free list for the purge delay (hak_slab_purge), or at once
+ * when the ring flushes it with HAKMEM_PURGE_DELAY_MS=0 (hakmem_pool.c). */
+void hak_block_decommit(void *p, unsigned cls) {
     uintptr_t first = ((uintptr_t)p + 2 * 4096 - 1) & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + hak_class_block_size[cls]) & ~(uintptr_t)4095;
     if (end > first) hak_os_decommit((void *)first, end - first);
 }
 
-static void l25_purge(hak_slab_t *s, hak_purge_scan_t *sc) {
+static void blocks_purge(hak_slab_t *s, hak_purge_scan_t *sc) {
     size_t bytes = hak_class_block_size[s->cls];
     for (hak_block_t *b = s->free; b != NULL; b = hak_link_get(b)) {
         uint64_t st = hak_block_stamp_of(b);
         if (st == 0 || !hak_purge_due(sc, (uint32_t)(st >> 1), bytes)) continue;
-        hak_l25_block_decommit(b, s->cls);
+        hak_block_decommit(b, s->cls);
         hak_block_clean(b);
     }
 }
 
 void hak_slab_purge(hak_slab_t *s, hak_purge_scan_t *sc) {
-    if (s->tier == HAK_TIER_L25) {
-        l25_purge(s, sc);
+    if (hak_slab_purges_blocks(s)) {
+        blocks_purge(s, sc);
         return;
     }
     uint32_t bs = hak_class_block_size[s->cls];
@@ -345,13 +347,13 @@ static void slab_retire(hak_heap_t *h, hak_slab_t *s) {
  * another thread and freed there; an L2.5 slab holds one to a few blocks)
  * would otherwise free a span and make a new slab every few blocks.
  * Retiring would give nothing back anyway: the span's pages stay resident
- * until the purge delay.  Slabs whose free blocks give their pages back by
- * time while the slab lives (L2.5, one-page L2) keep up to 16 empty slabs
- * or 4 MiB per class, the shared L2.5 heap, which serves every thread, four
- * times that (with the thread heaps' bound a producer and consumer of
+ * until the purge delay.  L2.5 slabs and one-page L2 slabs keep up to 16
+ * empty slabs or 4 MiB per class, the shared L2.5 heap, which serves every
+ * thread, four times that (with the thread heaps' bound a producer and consumer of
  * 16 B-256 KiB blocks retired and made a span every three blocks, half its
  * instructions in the span search, and its peak RSS was twice as high);
- * the others one, as their pages stay until they are retired.  Counted by
+ * the others one (L2 slabs of several pages give their free blocks' pages
+ * back by time too, but more of their spares was not measured).  Counted by
  * a walk of the queue: a queue longer than twice the bound has room enough
  * without s.
  *
@@ -375,7 +377,8 @@ void hak_slab_shared_spares_reset(void) { memset(shared_spares, 0, sizeof shared
 static bool slab_keep_empty(hak_heap_t *h, hak_slab_t *s) {
     if (h->keep_spares == HAK_SPARES_NONE) return false;
     unsigned keep = 1;
-    if (h->keep_spares == HAK_SPARES_REFILL && hak_slab_purgeable(s)) {
+    if (h->keep_spares == HAK_SPARES_REFILL &&
+        (s->tier == HAK_TIER_L25 || (s->npages == 1 && hak_slab_purgeable(s)))) {
         unsigned scale = h->l25_shared ? 4 : 1;
         keep = (unsigned)((SPARES_BYTES * scale) / ((size_t)s->npages << HAK_PAGE_SHIFT));
         if (keep > 16 * scale) keep = 16 * scale;

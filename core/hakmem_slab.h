@@ -19,7 +19,7 @@ HAK_INTERNAL void hak_slab_shared_spares_reset(void);
 HAK_INTERNAL void hak_slab_sweep_remote(hak_heap_t *h, hak_slab_t *s);
 HAK_INTERNAL void hak_slab_purge(hak_slab_t *s, hak_purge_scan_t *sc);
 HAK_INTERNAL void hak_slab_purge_heap(hak_heap_t *h, hak_purge_scan_t *sc);
-HAK_INTERNAL void hak_l25_block_decommit(void *p, unsigned cls);
+HAK_INTERNAL void hak_block_decommit(void *p, unsigned cls);
 HAK_INTERNAL void hak_slab_park_all(hak_heap_t *h);
 HAK_INTERNAL void hak_slab_unpark_all(hak_heap_t *h);
 

@@ -411,12 +411,21 @@ static inline void hak_block_stamp(void *p, uint32_t now) {
 static inline uint64_t hak_block_stamp_of(const void *p) { return ((const uint64_t *)p)[2]; }
 static inline void hak_block_clean(void *p) { ((uint64_t *)p)[2] = 0; }
 
-/* Slabs whose free blocks may give pages back while the slab lives: L2.5
- * slabs (each free block but its first page) and one-page L2 slabs (whole
- * 4 KiB pages with no live block; their blocks are big enough for pages to
- * empty out). */
+/* Slabs whose free blocks give back their pages but the first, block by
+ * block: L2.5 slabs and L2 slabs of several pages (blocks of 10 KiB and
+ * more, 2.5 to 13 pages of 4 KiB).  Kept whole while they lived, an idle
+ * thread whose blocks were freed kept them all resident (a program that
+ * freed 200 MiB of 1 KiB-256 KiB blocks: 24 MiB of free blocks in slabs
+ * that one block in its ring held). */
+static inline bool hak_slab_purges_blocks(const hak_slab_t *s) {
+    return s->tier == HAK_TIER_L25 || (s->tier == HAK_TIER_L2 && s->npages > 1);
+}
+
+/* Slabs whose free blocks may give pages back while the slab lives: those
+ * above, and one-page L2 slabs (whole 4 KiB pages with no live block;
+ * their blocks are big enough for pages to empty out). */
 static inline bool hak_slab_purgeable(const hak_slab_t *s) {
-    if (s->tier == HAK_TIER_L25) return true;
+    if (hak_slab_purges_blocks(s)) return true;
 #ifdef HAK_HARDENED
     /* The hardened build keeps live L2 slabs whole: its free check then
      * needs no test for blocks on given-back pages (box/block_link_box.h). */
@@ -430,7 +439,7 @@ static inline bool hak_slab_purgeable(const hak_slab_t *s) {
  * owner has freed half its blocks since its last purge is looked at for
  * whole free pages, as blocks fall out of the owner's ring. */
 static inline bool hak_slab_purge_due(const hak_slab_t *s, uint32_t used) {
-    return hak_slab_purgeable(s) && s->tier == HAK_TIER_L2 && used != 0 &&
+    return hak_slab_purgeable(s) && !hak_slab_purges_blocks(s) && used != 0 &&
            used * 2u <= s->purge_mark;
 }
 

@@ -64,6 +64,12 @@
  *     nothing more is allocated.  The shared heap's SuperSlabs must start
  *     the purger (a free cannot), and the memory go back within 10 s.
  *
+ * test_l2_pinned_memory_back_after_delay  (delay 200 ms)
+ *     1500 blocks of 40 KiB (L2 slabs of two pages, three blocks each),
+ *     written; two of every three freed, so each slab keeps a live block.
+ *     The freed blocks' pages but their first must go back within 10 s
+ *     while the slabs live, and the kept blocks keep their contents.
+ *
  * test_l25_memory_stays_shared  (delay 10 min)
  *     64 blocks of 100 000 B allocated, written and freed by the main
  *     thread, a pause for the purger's pass over the shared heap (its empty
@@ -566,6 +572,46 @@ static int child_l25_after_delay(void)
     return 0;
 }
 
+/* L2 blocks of 40 KiB, in slabs of 2 pages (3 blocks each): the main
+ * thread keeps every third block and frees the rest.  Each slab still
+ * holds a live block; its free blocks give back their pages but the first
+ * once unused for the delay, the slab living on. */
+static int child_l2_pinned_after_delay(void)
+{
+    enum { N = 1500, SIZE = 40 * 1024 };
+    static void *blocks[N];
+    size_t rss0 = st_rss_bytes();
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(SIZE);
+        if (blocks[i] == NULL) return 1;
+        memset(blocks[i], 0x5a, SIZE);
+    }
+    size_t rss_full = st_rss_bytes();
+    size_t freed = 0;
+    for (int i = 0; i < N; i++)
+        if (i % 3 != 0) {
+            free(blocks[i]);
+            blocks[i] = NULL;
+            freed += SIZE;
+        }
+    /* What may stay: the kept blocks, the ring's 48 blocks of the class
+     * (2 MiB) and the first 4 KiB page of each freed block (a tenth). */
+    size_t goal = rss_full - freed + freed / 10 + 4 * MiB;
+    size_t rss_back = wait_rss_below(goal, 10.0);
+    printf("L2 slabs held by one block of three: RSS %zu KiB, full %zu, %zu after waiting (goal %zu)\n",
+           rss0 >> 10, rss_full >> 10, rss_back >> 10, goal >> 10);
+    int bad = 0;
+    for (int i = 0; i < N; i += 3) {
+        const unsigned char *b = blocks[i];
+        if (b[0] != 0x5a || b[SIZE / 2] != 0x5a || b[SIZE - 1] != 0x5a) bad++;
+        free(blocks[i]);
+    }
+    if (rss_full < rss0 + 48 * MiB) { printf("FAIL: the blocks were not resident\n"); return 1; }
+    if (bad != 0) { printf("FAIL: %d kept blocks lost their contents\n", bad); return 1; }
+    if (rss_back > goal) { printf("FAIL: free L2 blocks of held slabs not given back\n"); return 1; }
+    return 0;
+}
+
 static sem_t held, release_held;
 
 static void *hold_tiny(void *arg)
@@ -723,6 +769,11 @@ static void test_fork_while_purge_due(void **state) { (void)state; run_child("fo
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
 static void test_free_starts_no_thread(void **state) { (void)state; run_child("free-no-thread", "100"); }
 static void test_l25_memory_back_after_delay(void **state) { (void)state; run_child("l25-after-delay", "200"); }
+static void test_l2_pinned_memory_back_after_delay(void **state)
+{
+    (void)state;
+    run_child("l2-pinned", "200");
+}
 static void test_l25_memory_stays_shared(void **state) { (void)state; run_child("l25-shared", "600000"); }
 static void test_purger_ends_with_process(void **state)
 {
@@ -746,6 +797,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "large") == 0) return child_large();
         if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
         if (strcmp(argv[2], "l25-after-delay") == 0) return child_l25_after_delay();
+        if (strcmp(argv[2], "l2-pinned") == 0) return child_l2_pinned_after_delay();
         if (strcmp(argv[2], "l25-shared") == 0) return child_l25_stays_shared();
         if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
@@ -762,6 +814,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_large_reuse),
         cmocka_unit_test(test_free_starts_no_thread),
         cmocka_unit_test(test_l25_memory_back_after_delay),
+        cmocka_unit_test(test_l2_pinned_memory_back_after_delay),
         cmocka_unit_test(test_l25_memory_stays_shared),
         cmocka_unit_test(test_purger_ends_with_process),
     };
