@@ -82,13 +82,25 @@ static void defer_apply(hak_heap_t *h, deferred_t *d, uint32_t now) {
     d->slab = NULL;
 }
 
-static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t now) {
+/* A block leaving a ring for its slab's list: stamped for the purger, or
+ * with HAKMEM_PURGE_DELAY_MS=0 its pages but the first given back at once
+ * where its slab gives back block by block. */
+static void block_stamp(const hak_slab_t *s, void *p, uint32_t now, bool at_once) {
+    if (at_once && hak_slab_purges_blocks(s)) {
+        hak_block_decommit(p, s->cls);
+        hak_block_clean(p);
+    } else {
+        hak_block_stamp(p, now);
+    }
+}
+
+static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t now, bool at_once) {
     deferred_t d[DEFER_SLOTS] = { { NULL, 0 } };
     for (unsigned i = 0; i < n; i++) {
         hak_block_t *b = blocks[i];
         hak_slab_t *s = hak_slab_of(b);
         hak_link_set(b, s->free);
-        hak_block_stamp(b, now);
+        block_stamp(s, b, now, at_once);
         s->free = b;
         deferred_t *slot = &d[((uintptr_t)s / sizeof(hak_slab_t)) % DEFER_SLOTS];
         if (slot->slab != s) {
@@ -104,12 +116,7 @@ static void flush_deferred(hak_heap_t *h, void **blocks, unsigned n, uint32_t no
 /* An L2 / L2.5 block back to its slab, under the heap's lock. */
 static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
     hak_slab_t *s = hak_slab_of(p);
-    if (at_once && hak_slab_purges_blocks(s)) {
-        hak_block_decommit(p, s->cls);
-        hak_block_clean(p);
-    } else {
-        hak_block_stamp(p, now);
-    }
+    block_stamp(s, p, now, at_once);
     /* decided before the free, which may retire the slab */
     bool purge = at_once && hak_slab_purge_due(s, (s->used & ~HAK_SLAB_PARKED) - 1);
     if (hak_slab_push(s, p)) hak_slab_free_slow(h, s);
@@ -150,7 +157,7 @@ static void ring_flush(hak_heap_t *h, hak_ring_t *r, unsigned keep) {
     bool at_once = hak_purge_delay() == 0;
     if (!at_once) owner->purge_pending += (size_t)n * hak_class_block_size[s0->cls];
     if (hak_opt.mid_inuse_deferred && !shared) {
-        flush_deferred(h, r->slot, n, now);
+        flush_deferred(h, r->slot, n, now, at_once);
     } else {
         for (unsigned i = 0; i < n; i++) block_return(owner, r->slot[i], now, at_once);
     }

@@ -184,10 +184,11 @@ static bool slab_carve(hak_slab_t *s, unsigned want) {
     }
     hak_link_set((hak_block_t *)last, s->free);
     hak_block_mark_free_keyed(last, key);
-    /* Ring-class blocks get a stamp: an L2 block's page is touched by its
-     * link (stamped now), an L2.5 block has nothing resident beyond it. */
+    /* Ring-class blocks get a stamp: a one-page L2 slab's page is touched
+     * by its blocks' links (stamped now); a block that gives back block by
+     * block has nothing resident beyond its first page (0: nothing due). */
     if (s->tier == HAK_TIER_L2 || s->tier == HAK_TIER_L25) {
-        uint64_t stamp = s->tier == HAK_TIER_L2 ? (uint64_t)hak_now_ms() << 1 | 1 : 0;
+        uint64_t stamp = hak_slab_purges_blocks(s) ? 0 : (uint64_t)hak_now_ms() << 1 | 1;
         for (p = (char *)first; p <= last; p += bs) ((uint64_t *)p)[2] = stamp;
     }
     s->free = first;
@@ -232,7 +233,9 @@ static uint64_t released_blocks(const hak_slab_t *s, uint32_t bs) {
  * on its slab's free list for the purge delay (hak_slab_purge), or at once
  * when the ring flushes it with HAKMEM_PURGE_DELAY_MS=0 (hakmem_pool.c). */
 void hak_block_decommit(void *p, unsigned cls) {
-    uintptr_t first = ((uintptr_t)p + 2 * 4096 - 1) & ~(uintptr_t)4095;
+    /* the page after p's: an L2 block starts on a 1 KiB boundary, so its
+     * first three words lie in p's own page */
+    uintptr_t first = ((uintptr_t)p & ~(uintptr_t)4095) + 4096;
     uintptr_t end = ((uintptr_t)p + hak_class_block_size[cls]) & ~(uintptr_t)4095;
     if (end > first) hak_os_decommit((void *)first, end - first);
 }

@@ -31,10 +31,11 @@
  *
  * Giving memory back (hakmem_purge.c)
  * ------------------
- * By time, never on an event: free pages, free L2.5 blocks, free pages of
- * one-page L2 slabs and freed large mappings are stamped when they become
- * free and go back to the OS once unused for HAKMEM_PURGE_DELAY_MS (default
- * 1 s), so memory reused sooner is never faulted in again.  A purger thread
+ * By time, never on an event: free pages, free L2.5 blocks and L2 blocks of
+ * multi-page slabs, free pages of one-page L2 slabs and freed large
+ * mappings are stamped when they become free and go back to the OS once
+ * unused for HAKMEM_PURGE_DELAY_MS (default 1 s), so memory reused sooner
+ * is never faulted in again.  A purger thread
  * does it, existing only while something is stamped; it reaches a live
  * heap through that heap's lock, which the owner takes only on slow paths.
  * Where no purger may run (HAKMEM_PURGE_THREAD, a seccomp filter), memory
@@ -427,8 +428,9 @@ static inline bool hak_slab_purges_blocks(const hak_slab_t *s) {
 static inline bool hak_slab_purgeable(const hak_slab_t *s) {
     if (hak_slab_purges_blocks(s)) return true;
 #ifdef HAK_HARDENED
-    /* The hardened build keeps live L2 slabs whole: its free check then
-     * needs no test for blocks on given-back pages (box/block_link_box.h). */
+    /* The hardened build keeps live one-page L2 slabs whole: its free check
+     * then needs no test for blocks on given-back pages
+     * (box/block_link_box.h). */
     return false;
 #else
     return s->tier == HAK_TIER_L2 && s->npages == 1;
