@@ -67,12 +67,7 @@ static void *free_batch(void *arg)
 }
 
 /* A new thread allocates as many blocks as batch b freed, of its size:
- * how many of them lie in memory of b's blocks.  The memory, not the same
- * addresses: a purge pass that comes between (once a delay; with no
- * purger thread, in whichever slow path finds it due) retires the empty
- * slabs the shared heap kept, and the refill then carves new ones from
- * the same resident pages, at other offsets (under load, 1 run in 10 got
- * 7 of the 32 blocks back by address). */
+ * how many of them lie in memory of b's blocks. */
 static void *count_reused(void *arg)
 {
     batch_t *b = arg;
@@ -125,15 +120,26 @@ static long reused_while_running(batch_t *b)
 #define SHARED_SIZE  ((size_t)100000)
 #define SHARED_COUNT 32
 
+/* A purge pass that comes between the frees and the refill (once a delay;
+ * with no purger thread, in whichever slow path finds it due) retires the
+ * spare slabs, and the refill carves new ones from the best-fitting
+ * resident run, not the same blocks (under load with HAKMEM_PURGE_THREAD=0,
+ * 1 run in 10 of each test below).  Such a pass comes at most once a
+ * delay: each test looks twice, and fails when both looks do. */
+#define LOOKS 2
+
 static void test_freed_blocks_serve_other_threads(void **state)
 {
-    batch_t first = { .api = *state, .size = SHARED_SIZE, .count = SHARED_COUNT };
-    long reused = reused_while_running(&first);
-    print_message("%ld of %d blocks were the running thread's freed blocks (%d not sampled)\n",
-                  reused, SHARED_COUNT, first.plain);
-    if (first.plain >= SHARED_COUNT / 2 && reused < first.plain / 4)
-        fail_msg("a thread got %ld of the %d blocks another running thread had freed",
-                 reused, first.plain);
+    for (int look = 1;; look++) {
+        batch_t first = { .api = *state, .size = SHARED_SIZE, .count = SHARED_COUNT };
+        long reused = reused_while_running(&first);
+        print_message("%ld of %d blocks were the running thread's freed blocks (%d not sampled)\n",
+                      reused, SHARED_COUNT, first.plain);
+        if (first.plain < SHARED_COUNT / 2 || reused >= first.plain / 4) return;
+        if (look == LOOKS)
+            fail_msg("a thread got %ld of the %d blocks another running thread had freed",
+                     reused, first.plain);
+    }
 }
 
 /* ---- the blocks freed last serve first ------------------------------------
@@ -151,22 +157,25 @@ static void test_freed_blocks_serve_other_threads(void **state)
 
 static void test_freed_last_serve_first(void **state)
 {
-    batch_t older = { .api = *state, .size = RECENT_SIZE, .count = OLDER_COUNT };
-    batch_t recent = { .api = *state, .size = RECENT_SIZE, .count = RECENT_COUNT };
-    pthread_t t_older;
-    assert_int_equal(pthread_create(&t_older, NULL, free_batch, &older), 0);
-    assert_int_equal(pthread_join(t_older, NULL), 0);
-    long reused = reused_while_running(&recent);
-    /* the second thread's ring keeps some of its own: at most its byte
-     * budget's worth (1 MiB, at least two blocks) */
-    long ring = (long)((size_t)1 << 20) / (long)hak_class_size(hak_size_class(RECENT_SIZE));
-    if (ring < 2) ring = 2;
-    long flushed = recent.plain - ring;
-    print_message("%ld of the running thread's %d freed blocks came back (at least %ld went "
-                  "past its ring; %d not sampled)\n", reused, recent.plain, flushed, recent.plain);
-    if (flushed >= RECENT_COUNT / 2 && reused < flushed / 2)
-        fail_msg("a refill took %ld of the %ld blocks freed last: older empty slabs served first",
-                 reused, flushed);
+    for (int look = 1;; look++) {
+        batch_t older = { .api = *state, .size = RECENT_SIZE, .count = OLDER_COUNT };
+        batch_t recent = { .api = *state, .size = RECENT_SIZE, .count = RECENT_COUNT };
+        pthread_t t_older;
+        assert_int_equal(pthread_create(&t_older, NULL, free_batch, &older), 0);
+        assert_int_equal(pthread_join(t_older, NULL), 0);
+        long reused = reused_while_running(&recent);
+        /* the second thread's ring keeps some of its own: at most its byte
+         * budget's worth (1 MiB, at least two blocks) */
+        long ring = (long)((size_t)1 << 20) / (long)hak_class_size(hak_size_class(RECENT_SIZE));
+        if (ring < 2) ring = 2;
+        long flushed = recent.plain - ring;
+        print_message("%ld of the running thread's %d freed blocks came back (at least %ld went "
+                      "past its ring; %d not sampled)\n", reused, recent.plain, flushed, recent.plain);
+        if (flushed < RECENT_COUNT / 2 || reused >= flushed / 2) return;
+        if (look == LOOKS)
+            fail_msg("a refill took %ld of the %ld blocks freed last: older empty slabs served "
+                     "first", reused, flushed);
+    }
 }
 
 /* ---- an emptied slab of one block stays for the next refill -------------
