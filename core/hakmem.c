@@ -103,7 +103,8 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_first(size_t size, unsigned cls)
  * path, or due now: the fast path counts only when it has a block); a
  * malloc_trim of another thread asking this one to flush (trim_request);
  * then the tier's slow path, and after it, every 256th time, housekeeping
- * (hakmem_purge.c), and the purger if the layers below stamped enough.
+ * (hakmem_purge.c), every 16th the look for idle rings (hakmem_pool.c), and
+ * the purger if the layers below stamped enough.
  * size: what the profiler counts; cls: the class that serves the request
  * (a twin only for an alignment call: the request's size names the other). */
 HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, unsigned cls, hak_heap_t *h) {
@@ -130,7 +131,12 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *malloc_slow(size_t size, unsigned cls, 
         if (p != NULL) errno = saved;      /* a success leaves errno alone */
     }
     hak_heap_shrink_check(h);
-    if (hak_unlikely((++h->slow_count & 255) == 0)) hak_housekeeping(h);
+    if (hak_unlikely((++h->slow_count & 15) == 0)) {
+        /* a thread whose Tiny caches adapted takes a slow path every few
+         * hundred mallocs or fewer: idle rings are looked for every 16th */
+        if ((h->slow_count & 255) == 0) hak_housekeeping(h);
+        hak_pool_flush_idle(h);
+    }
     purge_kick_due(h);
     hak_purge_inline_check();
     return p;
@@ -143,7 +149,7 @@ HAK_ALLOC_PATH static HAK_NOINLINE void *tiny_slow(size_t size, hak_heap_t *h) {
 }
 
 /* The large tier stays out of line, so the ring pop needs no stack frame. */
-HAK_ALLOC_PATH static HAK_NOINLINE void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
+HAK_ALLOC_PATH static HAK_NOINLINE HAK_ENTRY_ALIGN void *alloc_mid_or_large(size_t size, hak_heap_t *h) {
     if (hak_likely(size <= HAK_L25_MAX)) {
         unsigned cls = hak_mid_class(size);
         void *p = hak_pool_alloc(h, cls, size);

@@ -33,9 +33,10 @@
  * (core/profile/).  (A function with a section of its own is also never
  * split into hot and cold parts.) */
 #define HAK_ALLOC_PATH  __attribute__((section("hakmem_alloc_text")))
-/* malloc and free start on a cache line: left where the linker put them, a
- * change elsewhere in the library moved malloc's start to 48 bytes into a
- * line and bench_mid_large_mt read 4-17 % slower, its code unchanged. */
+/* malloc, free and the L2/L2.5 malloc path (alloc_mid_or_large) start on a
+ * cache line: left where the linker put them, a change elsewhere in the
+ * library moved malloc's start to 48 bytes into a line and
+ * bench_mid_large_mt read 4-17 % slower, its code unchanged. */
 #define HAK_ENTRY_ALIGN __attribute__((aligned(64)))
 
 #ifdef HAK_DEBUG

@@ -192,6 +192,37 @@ void hak_pool_flush_all(hak_heap_t *h) {
     }
 }
 
+/* A ring as it is: 0 when it holds nothing, else its top block and count
+ * (its chain's head once the array is empty). */
+static uint64_t ring_state(const hak_ring_t *r) {
+    if (r->count != 0) return (uintptr_t)r->slot[r->count - 1] ^ r->count;
+    return (uintptr_t)r->chain;
+}
+
+/* A ring the thread has not touched for a purge delay goes back to its
+ * slabs, where the purger gives its blocks' pages back by time: a thread
+ * that moved on to other sizes kept up to 48 blocks of each L2 class it had
+ * freed (2.5 MiB of 52 KiB blocks) and 1 MiB of each L2.5 class for good.
+ * Looked at from the owner's slow paths, a delay apart at the least; a
+ * ring whose top block and count are what they were at the last look
+ * counts as untouched (one used and left as it was goes too: a refill
+ * more). */
+void hak_pool_flush_idle(hak_heap_t *h) {
+    uint32_t now = hak_now_ms();
+    if (now - h->rings_looked_at < hak_purge_delay()) return;
+    h->rings_looked_at = now;
+    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++) {
+        hak_ring_t *r = hak_pool_ring(h, c);
+        uint64_t seen = ring_state(r);
+        if (seen != 0 && seen == h->ring_seen[c]) {
+            ring_flush(h, r, 0);
+            if (r->chain != NULL) chain_flush(h, r);
+            seen = 0;
+        }
+        h->ring_seen[c] = seen;
+    }
+}
+
 void hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
     if (r == &hak_empty_ring) {
         r = ring_open(h, hak_slab_of(p)->cls);  /* a class this heap had not used yet */

@@ -16,5 +16,6 @@ HAK_INTERNAL void  hak_pool_free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p
 HAK_INTERNAL void  hak_pool_return_block(hak_heap_t *h, void *p);
 HAK_INTERNAL void  hak_pool_init_heap(hak_heap_t *h);
 HAK_INTERNAL void hak_pool_flush_all(hak_heap_t *h);
+HAK_INTERNAL void hak_pool_flush_idle(hak_heap_t *h);
 
 #endif /* HAKMEM_POOL_H */

@@ -334,6 +334,10 @@ typedef struct hak_heap {
                                       profiler state's lock)                */
     hak_l2_ring_t    l2[HAK_L2_CLASSES];
     hak_l25_ring_t   l25[HAK_NUM_CLASSES - HAK_L25_FIRST];
+    /* Idle rings (hak_pool_flush_idle): when the owner last looked, and
+     * each ring as it was then (its top block and count, or its chain). */
+    uint32_t         rings_looked_at;
+    uint64_t         ring_seen[HAK_NUM_CLASSES];
 } hak_heap_t;
 
 /* ---- reading them -------------------------------------------------------- */

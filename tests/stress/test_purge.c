@@ -70,6 +70,13 @@
  *     The freed blocks' pages but their first must go back within 10 s
  *     while the slabs live, and the kept blocks keep their contents.
  *
+ * test_idle_rings_back_after_delay  (delay 200 ms)
+ *     48 blocks of each of seven L2 sizes (12-52 KiB) written and freed
+ *     into the main thread's rings, which hold them all; then only blocks
+ *     of 2-6 KiB, allocated and freed in bursts.  The rings it no longer
+ *     touches go back to their slabs and half the 10 MiB to the OS within
+ *     10 s.
+ *
  * test_l25_memory_stays_shared  (delay 10 min)
  *     64 blocks of 100 000 B allocated, written and freed by the main
  *     thread, a pause for the purger's pass over the shared heap (its empty
@@ -612,6 +619,43 @@ static int child_l2_pinned_after_delay(void)
     return 0;
 }
 
+/* The main thread frees 48 blocks of each of seven L2 sizes of 12-52 KiB
+ * (its rings hold them all: 48 a class) and then works with blocks of
+ * 2-6 KiB only, in bursts that take its slow paths.  Rings it no longer
+ * touches go back to their slabs, and their blocks' pages to the OS, by
+ * time: most of the 10 MiB within 10 s. */
+static int child_idle_rings(void)
+{
+    static const size_t sizes[] = { 12 << 10, 16 << 10, 24 << 10, 28 << 10, 40 << 10, 48 << 10,
+                                    52 << 10 };
+    enum { NS = sizeof sizes / sizeof sizes[0], PER = 48, SMALL = 512 };
+    static void *blocks[NS][PER], *small[SMALL];
+    size_t rss0 = st_rss_bytes(), held = 0;
+    for (int k = 0; k < NS; k++)
+        for (int i = 0; i < PER; i++) {
+            if ((blocks[k][i] = malloc(sizes[k])) == NULL) return 1;
+            memset(blocks[k][i], 0x6b, sizes[k]);
+            held += sizes[k];
+        }
+    for (int k = 0; k < NS; k++)
+        for (int i = 0; i < PER; i++) free(blocks[k][i]);
+    size_t rss_freed = st_rss_bytes();
+    /* other sizes' work: the slow paths that look at the rings */
+    size_t goal = rss_freed - held / 2, rss = rss_freed;
+    for (double t0 = st_now(); st_now() - t0 < 10 && (rss = st_rss_bytes()) > goal;) {
+        for (int i = 0; i < SMALL; i++)
+            if ((small[i] = malloc(2048 + (size_t)i * 8)) == NULL) return 1;
+        for (int i = 0; i < SMALL; i++) free(small[i]);
+        sleep_ms(5);
+    }
+    printf("idle rings: RSS %zu KiB, %zu with %zu KiB freed into the rings, %zu after "
+           "other sizes' work (goal %zu)\n", rss0 >> 10, rss_freed >> 10, held >> 10, rss >> 10,
+           goal >> 10);
+    if (rss_freed < rss0 + held / 2) { printf("FAIL: the blocks were not resident\n"); return 1; }
+    if (rss > goal) { printf("FAIL: the idle rings kept their blocks\n"); return 1; }
+    return 0;
+}
+
 static sem_t held, release_held;
 
 static void *hold_tiny(void *arg)
@@ -774,6 +818,7 @@ static void test_l2_pinned_memory_back_after_delay(void **state)
     (void)state;
     run_child("l2-pinned", "200");
 }
+static void test_idle_rings_back_after_delay(void **state) { (void)state; run_child("idle-rings", "200"); }
 static void test_l25_memory_stays_shared(void **state) { (void)state; run_child("l25-shared", "600000"); }
 static void test_purger_ends_with_process(void **state)
 {
@@ -798,6 +843,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
         if (strcmp(argv[2], "l25-after-delay") == 0) return child_l25_after_delay();
         if (strcmp(argv[2], "l2-pinned") == 0) return child_l2_pinned_after_delay();
+        if (strcmp(argv[2], "idle-rings") == 0) return child_idle_rings();
         if (strcmp(argv[2], "l25-shared") == 0) return child_l25_stays_shared();
         if (strcmp(argv[2], "pthread-exit") == 0) return child_pthread_exit();
         return 2;
@@ -815,6 +861,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_free_starts_no_thread),
         cmocka_unit_test(test_l25_memory_back_after_delay),
         cmocka_unit_test(test_l2_pinned_memory_back_after_delay),
+        cmocka_unit_test(test_idle_rings_back_after_delay),
         cmocka_unit_test(test_l25_memory_stays_shared),
         cmocka_unit_test(test_purger_ends_with_process),
     };
