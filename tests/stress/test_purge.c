@@ -623,7 +623,7 @@ static int child_l2_pinned_after_delay(void)
  * (its rings hold them all: 48 a class) and then works with blocks of
  * 2-6 KiB only, in bursts that take its slow paths.  Rings it no longer
  * touches go back to their slabs, and their blocks' pages to the OS, by
- * time: most of the 10 MiB within 10 s. */
+ * time: half the 10 MiB within 10 s. */
 static int child_idle_rings(void)
 {
     static const size_t sizes[] = { 12 << 10, 16 << 10, 24 << 10, 28 << 10, 40 << 10, 48 << 10,
