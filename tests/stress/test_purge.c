@@ -557,16 +557,23 @@ static int child_large(void)
 #undef CHECK
 }
 
+/* n blocks of `size` bytes into blocks[], each filled with `byte`: 0, or
+ * 1 if one could not be had. */
+static int alloc_filled(void **blocks, int n, size_t size, int byte)
+{
+    for (int i = 0; i < n; i++) {
+        if ((blocks[i] = malloc(size)) == NULL) return 1;
+        memset(blocks[i], byte, size);
+    }
+    return 0;
+}
+
 static int child_l25_after_delay(void)
 {
     enum { N = 200, SIZE = 300 * 1024 };
     static void *blocks[N];
     size_t rss0 = st_rss_bytes();
-    for (int i = 0; i < N; i++) {
-        blocks[i] = malloc(SIZE);
-        if (blocks[i] == NULL) return 1;
-        memset(blocks[i], 0x3c, SIZE);
-    }
+    if (alloc_filled(blocks, N, SIZE, 0x3c)) return 1;
     size_t rss_full = st_rss_bytes();
     for (int i = 0; i < N; i++) free(blocks[i]);
     /* What may stay: the rings' few blocks of the class (1 MiB) and headers. */
@@ -588,11 +595,7 @@ static int child_l2_pinned_after_delay(void)
     enum { N = 1500, SIZE = 40 * 1024 };
     static void *blocks[N];
     size_t rss0 = st_rss_bytes();
-    for (int i = 0; i < N; i++) {
-        blocks[i] = malloc(SIZE);
-        if (blocks[i] == NULL) return 1;
-        memset(blocks[i], 0x5a, SIZE);
-    }
+    if (alloc_filled(blocks, N, SIZE, 0x5a)) return 1;
     size_t rss_full = st_rss_bytes();
     size_t freed = 0;
     for (int i = 0; i < N; i++)
@@ -631,12 +634,10 @@ static int child_idle_rings(void)
     enum { NS = sizeof sizes / sizeof sizes[0], PER = 48, SMALL = 512 };
     static void *blocks[NS][PER], *small[SMALL];
     size_t rss0 = st_rss_bytes(), held = 0;
-    for (int k = 0; k < NS; k++)
-        for (int i = 0; i < PER; i++) {
-            if ((blocks[k][i] = malloc(sizes[k])) == NULL) return 1;
-            memset(blocks[k][i], 0x6b, sizes[k]);
-            held += sizes[k];
-        }
+    for (int k = 0; k < NS; k++) {
+        if (alloc_filled(blocks[k], PER, sizes[k], 0x6b)) return 1;
+        held += PER * sizes[k];
+    }
     for (int k = 0; k < NS; k++)
         for (int i = 0; i < PER; i++) free(blocks[k][i]);
     size_t rss_freed = st_rss_bytes();
