@@ -183,13 +183,15 @@ static void chain_flush(hak_heap_t *h, hak_ring_t *r) {
     hak_heap_unlock(h);
 }
 
+/* Ring r and its chain, all of it, back to the slabs. */
+static void ring_empty(hak_heap_t *h, hak_ring_t *r) {
+    ring_flush(h, r, 0);
+    if (r->chain != NULL) chain_flush(h, r);
+}
+
 /* Every ring back to the slabs (thread exit, trim). */
 void hak_pool_flush_all(hak_heap_t *h) {
-    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++) {
-        hak_ring_t *r = hak_pool_ring(h, c);
-        ring_flush(h, r, 0);
-        if (r->chain != NULL) chain_flush(h, r);
-    }
+    for (unsigned c = HAK_L2_FIRST; c < HAK_NUM_CLASSES; c++) ring_empty(h, hak_pool_ring(h, c));
 }
 
 /* A ring as it is: 0 when it holds nothing, else its top block and count
@@ -219,8 +221,7 @@ void hak_pool_flush_idle(hak_heap_t *h) {
         hak_ring_t *r = hak_pool_ring(h, c);
         uint64_t seen = ring_state(r);
         if (seen != 0 && seen == h->ring_seen[c]) {
-            ring_flush(h, r, 0);
-            if (r->chain != NULL) chain_flush(h, r);
+            ring_empty(h, r);
             seen = 0;
         }
         h->ring_seen[c] = seen;
