@@ -385,28 +385,24 @@ HAK_ALLOC_PATH void *hak_nursery_alloc(size_t size, bool *kick) {
      * 63 B more for each of a thread's first HAK_NURSERY_ALLOCS blocks. */
     size_t lines = (size + HAK_CACHE_LINE - 1) & ~(size_t)(HAK_CACHE_LINE - 1);
     hak_heap_t *n = &hak_nursery_heap;
-    hak_lock(&n->lock);
-    n->lock_depth = 1;
+    hak_heap_lock(n);
     if (lines == 0) lines = HAK_CACHE_LINE;
     void *p = hak_heap_alloc(n, lines, hak_request_class(lines));
     *kick = hak_heap_kick_due(n);
-    n->lock_depth = 0;
-    hak_unlock(&n->lock);
+    hak_heap_unlock(n);
     return p;
 }
 
 bool hak_nursery_free(hak_slab_t *s, void *p) {
     hak_heap_t *n = &hak_nursery_heap;
-    hak_lock(&n->lock);
-    n->lock_depth = 1;
+    hak_heap_lock(n);
     if (s->tier == HAK_TIER_TINY) {
         if (hak_tiny_free(n, s, p)) hak_tiny_cache_full(n, s->cls);
     } else if (!hak_pool_free(s->ring, p)) {
         hak_pool_free_ring_full(n, s->ring, p);
     }
     bool due = hak_heap_kick_due(n);
-    n->lock_depth = 0;
-    hak_unlock(&n->lock);
+    hak_heap_unlock(n);
     return due;
 }
 
@@ -426,11 +422,9 @@ static void heap_sweep_bare(hak_heap_t *h) {
  * 1000 such threads left 8-20 MiB of the nursery's slabs resident. */
 static void nursery_settle(void) {
     hak_heap_t *n = &hak_nursery_heap;
-    hak_lock(&n->lock);
-    n->lock_depth = 1;
+    hak_heap_lock(n);
     heap_sweep(n);
-    n->lock_depth = 0;
-    hak_unlock(&n->lock);
+    hak_heap_unlock(n);
 }
 
 /* The purger's pass over the shared heap.  First what an owner would do on
@@ -447,8 +441,8 @@ static void nursery_settle(void) {
  * and a spare retired each time would be no spare. */
 void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
-    if (!trylock) hak_l25_lock();
-    if (!trylock || hak_l25_trylock()) {
+    if (!trylock) hak_heap_lock(s);
+    if (!trylock || hak_heap_trylock(s)) {
         if (sc->sweep) {
             heap_sweep_bare(s);
             hak_slab_shared_spares_reset();
@@ -471,13 +465,12 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
      * due memory given back; malloc_trim (delay 0) flushes its caches and
      * sweeps it bare. */
     hak_heap_t *n = &hak_nursery_heap;
-    if (!trylock) hak_lock(&n->lock);
-    else if (!hak_trylock(&n->lock)) {
+    if (!trylock) hak_heap_lock(n);
+    else if (!hak_heap_trylock(n)) {
         if (sc->delay < sc->wait) sc->wait = sc->delay;
         sc->left += atomic_load_explicit(&n->purge_left, memory_order_relaxed);
         return;
     }
-    n->lock_depth = 1;
     if (sc->sweep && sc->delay == 0) {
         heap_flush_rings(n);
         heap_sweep_bare(n);
@@ -487,8 +480,7 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     size_t before = sc->left;
     hak_slab_purge_heap(n, sc);
     atomic_store_explicit(&n->purge_left, sc->left - before, memory_order_relaxed);
-    n->lock_depth = 0;
-    hak_unlock(&n->lock);
+    hak_heap_unlock(n);
 }
 
 /* Held across fork after the profiler's locks (a refill may run under them). */

@@ -11,27 +11,18 @@ HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **chain);
 
 /* The heap the L2.5 slabs belong to, shared by every thread (set up with
- * the thread heaps by hakmem_heap.c).  Threads take its lock here, before
- * its nesting count (hak_heap_lock raises the count before it locks: right
- * for a heap's one owner, not for many threads); the layers below nest in
- * it as in any heap's.  The unlock says whether the heap stamped enough to
- * start the purger (the caller passes that on to its own heap, which is
- * asked with no lock held). */
+ * the thread heaps by hakmem_heap.c).  Threads take its lock here; the
+ * layers below nest in it as in any heap's (hak_heap_lock).  The unlock
+ * says whether the heap stamped enough to start the purger (the caller
+ * passes that on to its own heap, which is asked with no lock held). */
 HAK_INTERNAL extern hak_heap_t hak_l25_heap;
 static inline hak_heap_t *hak_l25_lock(void) {
-    hak_lock(&hak_l25_heap.lock);
-    hak_l25_heap.lock_depth = 1;
+    hak_heap_lock(&hak_l25_heap);
     return &hak_l25_heap;
-}
-static inline bool hak_l25_trylock(void) {
-    if (!hak_trylock(&hak_l25_heap.lock)) return false;
-    hak_l25_heap.lock_depth = 1;
-    return true;
 }
 static inline bool hak_l25_unlock(void) {
     bool due = hak_heap_kick_due(&hak_l25_heap);
-    hak_l25_heap.lock_depth = 0;
-    hak_unlock(&hak_l25_heap.lock);
+    hak_heap_unlock(&hak_l25_heap);
     return due;
 }
 

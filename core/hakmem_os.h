@@ -145,6 +145,9 @@ typedef struct { _Atomic int held; } hak_lock_t;
 extern __thread bool hak_tls_fork_locked;
 HAK_OS_INTERNAL void hak_lock(hak_lock_t *l);
 HAK_OS_INTERNAL bool hak_trylock(hak_lock_t *l);
+/* What marks the calling thread as a lock's holder (hak_heap_lock): the
+ * address of one of its thread-locals. */
+static inline const void *hak_lock_self(void) { return &hak_tls_fork_locked; }
 static inline void hak_unlock(hak_lock_t *l) {
     if (__builtin_expect(hak_tls_fork_locked, 0)) return;
     atomic_store_explicit(&l->held, 0, memory_order_release);

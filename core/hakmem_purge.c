@@ -119,19 +119,19 @@ static void purge_pass_locked(hak_purge_scan_t *sc, bool trylock_heaps) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (trylock_heaps) {
-            if (!hak_trylock(&h->lock)) {
+            if (!hak_heap_trylock(h)) {
                 /* busy (its owner is in a slow path): what it left last time */
                 if (sc->delay < sc->wait) sc->wait = sc->delay;
                 sc->left += atomic_load_explicit(&h->purge_left, memory_order_relaxed);
                 continue;
             }
         } else {
-            hak_lock(&h->lock);
+            hak_heap_lock(h);
         }
         size_t before = sc->left;
         hak_slab_purge_heap(h, sc);
         atomic_store_explicit(&h->purge_left, sc->left - before, memory_order_relaxed);
-        hak_unlock(&h->lock);
+        hak_heap_unlock(h);
     }
     hak_heap_settle_abandoned(sc);
     hak_ss_purge_cache(sc);
@@ -446,9 +446,9 @@ bool hak_purge_everything(void) {
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
             out_of_reach = true;
         }
-        hak_lock(&h->lock);
+        hak_heap_lock(h);
         hak_slab_purge_heap(h, &all);
-        hak_unlock(&h->lock);
+        hak_heap_unlock(h);
     }
     hak_large_trim_cache();
     hak_ss_trim_cache();

@@ -293,7 +293,8 @@ typedef struct hak_heap {
     /* Taken by the owner on its slow paths around what the purger and
      * malloc_trim of other threads touch (hak_heap_lock, below). */
     hak_lock_t       lock;
-    unsigned         lock_depth;   /* owner-only: nesting of hak_heap_lock  */
+    unsigned         lock_depth;   /* the holder's nesting of hak_heap_lock */
+    const void *_Atomic lock_holder; /* the thread that holds it (hak_lock_self) */
     hak_superslab_t *ss_list;      /* SuperSlabs owned by this heap        */
     unsigned         ss_count;
     /* The span search's indexes of them (hakmem_superslab.c): HOT ones by
@@ -349,17 +350,39 @@ static inline int hak_heap_state(const hak_heap_t *h) {
     return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
 }
 
-/* The heap lock.  The owner takes it on its slow paths (nestable: only the
- * owner uses lock_depth) around the state other threads' purges read and
- * change: its SuperSlab list and page maps, and the free lists of its L2 and
- * L2.5 slabs.  The Tiny fast paths never take it.  Whoever purges another
- * heap (the purger, malloc_trim) takes h->lock itself, under purge_lock.
- * Here, with the heap: every layer from the SuperSlabs up takes it. */
+/* The heap lock.  The owner takes it on its slow paths around the state
+ * other threads' purges read and change: its SuperSlab list and page maps,
+ * and the free lists of its L2 and L2.5 slabs.  The Tiny fast paths never
+ * take it.  Whoever purges another heap (the purger, malloc_trim) takes it
+ * too, under purge_lock; every thread takes a shared heap's (the L2.5 heap,
+ * hakmem_l25_pool.h, and the nursery).  Every layer from the SuperSlabs up
+ * takes it, nested: its holder is recorded beside it and only counts.  A
+ * thread reads there its own mark or another's, never its own by mistake,
+ * so no thread can touch the count of a lock it does not hold (a count
+ * kept for the owner alone, with the shared heaps' lockers setting it, was
+ * one store away from a lock left held or entered twice). */
 static inline void hak_heap_lock(hak_heap_t *h) {
-    if (h->lock_depth++ == 0) hak_lock(&h->lock);
+    const void *self = hak_lock_self();
+    if (atomic_load_explicit(&h->lock_holder, memory_order_relaxed) == self) {
+        h->lock_depth++;
+        return;
+    }
+    hak_lock(&h->lock);
+    atomic_store_explicit(&h->lock_holder, self, memory_order_relaxed);
+    h->lock_depth = 1;
+}
+/* Taken only if no thread holds it, this one included (a purge that finds
+ * the heap busy, or its own caller inside it, leaves it for later). */
+static inline bool hak_heap_trylock(hak_heap_t *h) {
+    if (!hak_trylock(&h->lock)) return false;
+    atomic_store_explicit(&h->lock_holder, hak_lock_self(), memory_order_relaxed);
+    h->lock_depth = 1;
+    return true;
 }
 static inline void hak_heap_unlock(hak_heap_t *h) {
-    if (--h->lock_depth == 0) hak_unlock(&h->lock);
+    if (--h->lock_depth != 0) return;
+    atomic_store_explicit(&h->lock_holder, NULL, memory_order_relaxed);
+    hak_unlock(&h->lock);
 }
 
 /* The layers below reclamation only count what they stamp

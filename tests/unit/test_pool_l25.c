@@ -14,6 +14,9 @@
 #include "box/chunk_map_box.h"
 #include "hakmem_pool.h"
 
+#include <stdatomic.h>
+#include <time.h>
+
 #define TIER HAK_TIER_L25
 #define SIZE_LO ((size_t)53249)
 #define SIZE_HI ((size_t)1048576)
@@ -241,7 +244,46 @@ static void test_emptied_one_block_slabs_kept(void **state)
                  plain - kept, plain);
 }
 
+/* ---- the shared heap's lock excludes every other thread ------------------
+ * Any thread takes the shared heap's lock, and the layers below take it
+ * again inside (nested).  A thread that holds it nests freely; another
+ * thread that reaches a layer's lock meanwhile must wait until the holder
+ * lets go of its outermost one, not count itself in.  Before the holder was
+ * recorded, the nesting count was shared: a second thread that found it
+ * non-zero entered beside the holder and, on leaving, could let the lock go
+ * under it or leave it held by no one. */
+static _Atomic int lock_entered;
+
+static void *enter_shared_heap(void *arg)
+{
+    (void)arg;
+    hak_heap_lock(&hak_l25_heap);          /* as a layer below would */
+    atomic_store(&lock_entered, 1);
+    hak_heap_unlock(&hak_l25_heap);
+    return NULL;
+}
+
+static void test_shared_heap_lock_excludes(void **state)
+{
+    (void)state;
+    atomic_store(&lock_entered, 0);
+    hak_l25_lock();
+    hak_heap_lock(&hak_l25_heap);          /* nested, as hak_class_take's is */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, enter_shared_heap, NULL), 0);
+    struct timespec pause = { 0, 50 * 1000 * 1000 };
+    nanosleep(&pause, NULL);
+    hak_heap_unlock(&hak_l25_heap);        /* still held: the outer lock */
+    nanosleep(&pause, NULL);
+    int early = atomic_load(&lock_entered);
+    hak_l25_unlock();
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (early) fail_msg("another thread entered the shared heap's lock while this one held it");
+    assert_int_equal(atomic_load(&lock_entered), 1);
+}
+
 #define POOL_EXTRA_TESTS                                        \
+    cmocka_unit_test(test_shared_heap_lock_excludes),          \
     TEST_API(test_freed_blocks_serve_other_threads, API_STD),  \
     TEST_API(test_freed_blocks_serve_other_threads, API_HAK),  \
     TEST_API(test_freed_last_serve_first, API_STD),            \
