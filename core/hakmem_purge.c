@@ -108,6 +108,16 @@ static bool heap_purged(const hak_heap_t *h, int state) {
            h->chunk_kind == HAK_CHUNK_PROF;
 }
 
+/* Whether a purge may take h's lock now.  Between hakmem's fork handlers,
+ * the forking thread passes every lock (hak_lock, hakmem_os.h), but only
+ * the global ones and the shared heaps' are its own then: another thread
+ * may be inside its own heap's lock (in the child, one that no longer
+ * runs).  A purge run by another library's fork handler leaves those heaps
+ * alone. */
+static bool heap_in_reach(const hak_heap_t *h) {
+    return !hak_tls_fork_locked || h->chunk_kind != 0 || h == hak_tls_own_heap;
+}
+
 /* One pass over every heap and both caches: what is due goes back; sc
  * says when the next stamp falls due and how much is left.  Caller holds
  * purge_lock. */
@@ -118,16 +128,13 @@ static void purge_pass_locked(hak_purge_scan_t *sc, bool trylock_heaps) {
     for (hak_heap_t *h = hak_heap_first(); h != NULL; h = h->next_all) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
-        if (trylock_heaps) {
-            if (!hak_heap_trylock(h)) {
-                /* busy (its owner is in a slow path): what it left last time */
-                if (sc->delay < sc->wait) sc->wait = sc->delay;
-                sc->left += atomic_load_explicit(&h->purge_left, memory_order_relaxed);
-                continue;
-            }
-        } else {
-            hak_heap_lock(h);
+        if (!heap_in_reach(h) || (trylock_heaps && !hak_heap_trylock(h))) {
+            /* busy (its owner is in a slow path): what it left last time */
+            if (sc->delay < sc->wait) sc->wait = sc->delay;
+            sc->left += atomic_load_explicit(&h->purge_left, memory_order_relaxed);
+            continue;
         }
+        if (!trylock_heaps) hak_heap_lock(h);
         size_t before = sc->left;
         hak_slab_purge_heap(h, sc);
         atomic_store_explicit(&h->purge_left, sc->left - before, memory_order_relaxed);
@@ -445,6 +452,10 @@ bool hak_purge_everything(void) {
         if (h != me && st == HAK_HEAP_ACTIVE && h->chunk_kind == 0) {
             atomic_store_explicit(&h->trim_request, true, memory_order_relaxed);
             out_of_reach = true;
+        }
+        if (!heap_in_reach(h)) {
+            out_of_reach = true;
+            continue;
         }
         hak_heap_lock(h);
         hak_slab_purge_heap(h, &all);

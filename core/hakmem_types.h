@@ -360,7 +360,9 @@ static inline int hak_heap_state(const hak_heap_t *h) {
  * thread reads there its own mark or another's, never its own by mistake,
  * so no thread can touch the count of a lock it does not hold (a count
  * kept for the owner alone, with the shared heaps' lockers setting it, was
- * one store away from a lock left held or entered twice). */
+ * one store away from a lock left held or entered twice).  Between the fork
+ * handlers hak_lock lets the forking thread through every lock: a purge
+ * there keeps off other threads' heaps (hakmem_purge.c, heap_in_reach). */
 static inline void hak_heap_lock(hak_heap_t *h) {
     const void *self = hak_lock_self();
     if (atomic_load_explicit(&h->lock_holder, memory_order_relaxed) == self) {
@@ -374,7 +376,9 @@ static inline void hak_heap_lock(hak_heap_t *h) {
 /* Taken only if no thread holds it, this one included (a purge that finds
  * the heap busy, or its own caller inside it, leaves it for later). */
 static inline bool hak_heap_trylock(hak_heap_t *h) {
-    if (!hak_trylock(&h->lock)) return false;
+    if (atomic_load_explicit(&h->lock_holder, memory_order_relaxed) == hak_lock_self() ||
+        !hak_trylock(&h->lock))
+        return false;
     atomic_store_explicit(&h->lock_holder, hak_lock_self(), memory_order_relaxed);
     h->lock_depth = 1;
     return true;

@@ -168,7 +168,8 @@ TOTAL_FAIL=0
 #   PURGE_THREAD=0            no purger thread: the slow paths give back
 #                  by time, and free memory kept is bounded (the bounded
 #                  passes, large blocks cached within the bound): tier
-#                  changes, exited heaps settled at exit, fork, give-back
+#                  changes, exited heaps settled at exit, fork (and other
+#                  libraries' fork handlers that allocate), give-back
 #                  (the purge tests assume a purger that gives back by time
 #                  while the program idles)
 #   PURGE_DELAY_MS=3600000    nothing goes back by time: the caches and
@@ -218,7 +219,7 @@ default    HAKMEM_TINY_C2_LOCAL_CACHE=0     tiers remote_free mt_stress thread_e
 default    HAKMEM_SS_LOOKUP_KIND=radix      tiers remote_free mt_stress thread_exit thread_churn fork atfork oom:core,realloc_grow
 default    HAKMEM_PURGE_DELAY_MS=0          tiers remote_free mt_stress thread_exit thread_churn fork purge oom:core
 default    HAKMEM_PURGE_DELAY_MS=3600000    tiers remote_free thread_exit fork purge oom:core
-default    HAKMEM_PURGE_THREAD=0           tiers thread_exit fork giveback
+default    HAKMEM_PURGE_THREAD=0           tiers thread_exit fork atfork giveback
 hardened   STRESS_SCALE=8                   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge giveback oom:core,realloc,reallocarray,realloc_grow,calloc
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p   tiers remote_free mt_stress thread_exit thread_churn fork atfork purge oom:core
 default    HAKMEM_PROFILE=$LOGDIR/prof.%p,HAKMEM_PROFILE_RATE=4096   tiers remote_free

@@ -9,10 +9,18 @@
  * test_fork_from_new_thread     the forking thread never allocated before:
  *                               its first allocation is in the prepare handler.
  * test_fork_frees_large_block   the prepare handler frees a large block while
- *                               the large-block cache holds another one. */
+ *                               the large-block cache holds another one.
+ * test_fork_while_threads_allocate   two threads allocate and free 2-50 KiB
+ *                               blocks while another forks, and the parent
+ *                               handler allocates and calls malloc_trim:
+ *                               between the allocator's handlers the forking
+ *                               thread passes every lock, and a trim that
+ *                               took the running threads' heap locks too
+ *                               left them waiting for their own lock. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +31,7 @@
 #include <cmocka.h>
 
 void atfork_prep_hold(void *block);
+void atfork_prep_busy_parent(int on);
 
 #define TIMEOUT_S 30
 
@@ -74,11 +83,49 @@ static void test_fork_frees_large_block(void **state)
     }
 }
 
+static _Atomic int churn_stop;
+
+static void *churn(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    void *blocks[64];
+    while (!atomic_load(&churn_stop)) {
+        size_t size = 2048 + rand_r(&seed) % (50 * 1024);
+        for (int i = 0; i < 64; i++) {
+            blocks[i] = malloc(size);
+            if (blocks[i] != NULL) *(volatile char *)blocks[i] = 1;
+        }
+        for (int i = 0; i < 64; i++) free(blocks[i]);
+    }
+    return NULL;
+}
+
+static void test_fork_while_threads_allocate(void **state)
+{
+    (void)state;
+    pthread_t workers[2];
+    atomic_store(&churn_stop, 0);
+    atfork_prep_busy_parent(1);
+    for (uintptr_t i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&workers[i], NULL, churn, (void *)(i + 1)), 0);
+    for (int i = 0; i < 100; i++) {
+        int status = fork_from_thread();
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    atomic_store(&churn_stop, 1);
+    alarm(TIMEOUT_S);                            /* a worker left waiting: a failure */
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(workers[i], NULL), 0);
+    alarm(0);
+    atfork_prep_busy_parent(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_from_new_thread),
         cmocka_unit_test(test_fork_frees_large_block),
+        cmocka_unit_test(test_fork_while_threads_allocate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

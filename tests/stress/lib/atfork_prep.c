@@ -1,14 +1,18 @@
 /* A library that registers fork handlers which allocate, from its
  * constructor: it is loaded, and registers them, before the allocator's own
  * handlers exist (test_atfork.c).  Prepare handlers run newest first, so
- * these run after the allocator's prepare handler, in the thread that forks. */
+ * these run after the allocator's prepare handler, in the thread that forks;
+ * parent and child handlers run oldest first, before the allocator's. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void *volatile big;        /* a large block the prepare handler frees */
+static volatile int busy_parent;  /* the parent handler allocates and trims */
 
 void atfork_prep_hold(void *block) { big = block; }
+void atfork_prep_busy_parent(int on) { busy_parent = on; }
 
 static void prepare(void)
 {
@@ -20,7 +24,20 @@ static void prepare(void)
     }
 }
 
-static void parent(void) { free(strdup("parent handler")); }
+/* Busy: enough L2 blocks to take slow paths, then malloc_trim, which
+ * reaches every heap (the other threads' too, which are running). */
+static void parent(void)
+{
+    free(strdup("parent handler"));
+    if (!busy_parent) return;
+    void *blocks[200];
+    for (int i = 0; i < 200; i++) {
+        blocks[i] = malloc(30000);
+        if (blocks[i] != NULL) memset(blocks[i], 1, 64);
+    }
+    for (int i = 0; i < 200; i++) free(blocks[i]);
+    malloc_trim(0);
+}
 static void child(void)  { free(strdup("child handler")); }
 
 __attribute__((constructor)) static void register_handlers(void)
