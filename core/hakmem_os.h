@@ -136,12 +136,13 @@ HAK_OS_INTERNAL bool  hak_os_symbol_at(uintptr_t addr, const char **sym, const c
 
 /* ---- spin locks ------------------------------------------------------------------
  * hakmem's locks guard only slow paths.  While a thread runs fork() it holds
- * every global one and the shared heaps' (hakmem_init.c), from hakmem's
- * prepare handler to its parent or child handler; other libraries' fork
- * handlers run before or after ours in any order and may allocate, so in
- * that thread the locks let it through (hak_tls_fork_locked) instead of
- * waiting for itself.  Other threads' heap locks are not among those: a
- * purge keeps off their heaps meanwhile (hakmem_purge.c, heap_in_reach). */
+ * those its prepare handler takes (hakmem_init.c: the global ones, the
+ * shared heaps', the profiler's), from that handler to its parent or child
+ * handler; other libraries' fork handlers run before or after ours in any
+ * order and may allocate, so in that thread the locks let it through
+ * (hak_tls_fork_locked) instead of waiting for itself.  Other threads' heap
+ * locks are not among those: a purge keeps off their heaps meanwhile
+ * (hakmem_purge.c, heap_in_reach). */
 typedef struct { _Atomic int held; } hak_lock_t;
 extern __thread bool hak_tls_fork_locked;
 HAK_OS_INTERNAL void hak_lock(hak_lock_t *l);

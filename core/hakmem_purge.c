@@ -110,12 +110,13 @@ static bool heap_purged(const hak_heap_t *h, int state) {
 
 /* Whether a purge may take h's lock now.  Between hakmem's fork handlers,
  * the forking thread passes every lock (hak_lock, hakmem_os.h), but only
- * the global ones and the shared heaps' are its own then: another thread
- * may be inside its own heap's lock (in the child, one that no longer
- * runs).  A purge run by another library's fork handler leaves those heaps
- * alone. */
+ * those its prepare handler took are its own then (the global ones, the
+ * shared heaps' and the profiler's, under which its heaps are used):
+ * another thread may be inside its own heap's lock (in the child, one that
+ * no longer runs).  A purge run by another library's fork handler leaves
+ * those heaps alone. */
 static bool heap_in_reach(const hak_heap_t *h) {
-    return !hak_tls_fork_locked || h->chunk_kind != 0 || h == hak_tls_own_heap;
+    return !hak_tls_fork_locked || h->chunk_kind == HAK_CHUNK_PROF || h == hak_tls_own_heap;
 }
 
 /* One pass over every heap and both caches: what is due goes back; sc
@@ -129,7 +130,8 @@ static void purge_pass_locked(hak_purge_scan_t *sc, bool trylock_heaps) {
         int st = hak_heap_state(h);
         if (!heap_purged(h, st) || hak_heap_is_shared(h)) continue;
         if (!heap_in_reach(h) || (trylock_heaps && !hak_heap_trylock(h))) {
-            /* busy (its owner is in a slow path): what it left last time */
+            /* busy (its owner is in a slow path), or out of reach during a
+             * fork: what it left last time */
             if (sc->delay < sc->wait) sc->wait = sc->delay;
             sc->left += atomic_load_explicit(&h->purge_left, memory_order_relaxed);
             continue;

@@ -374,7 +374,9 @@ static inline void hak_heap_lock(hak_heap_t *h) {
     h->lock_depth = 1;
 }
 /* Taken only if no thread holds it, this one included (a purge that finds
- * the heap busy, or its own caller inside it, leaves it for later). */
+ * the heap busy, or its own caller inside it, leaves it for later).  Between
+ * the fork handlers hak_trylock lets the forking thread through a lock
+ * another thread holds: a purge there asks heap_in_reach (hakmem_purge.c). */
 static inline bool hak_heap_trylock(hak_heap_t *h) {
     if (atomic_load_explicit(&h->lock_holder, memory_order_relaxed) == hak_lock_self() ||
         !hak_trylock(&h->lock))
