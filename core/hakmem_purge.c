@@ -361,7 +361,11 @@ void hak_purge_init(void) {
 /* Something was stamped: make sure someone will give it back.  Called with
  * no hakmem lock held (pthread_create allocates). */
 void hak_purge_kick(void) {
-    if (hak_purge_delay() == 0) return;
+    /* Not from another library's fork handler: in the child, a purger
+     * started there would run before hakmem's child handler resets the
+     * purger's state (and a second could start after).  The next slow path
+     * after the handlers starts it (hak_purge_wanted stays set). */
+    if (hak_purge_delay() == 0 || hak_tls_fork_locked) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) return;
     if (!thread_allowed()) {
         if (!hak_purge_no_thread()) no_thread_for_good();

@@ -12,11 +12,13 @@
  *                               the large-block cache holds another one.
  * test_fork_while_threads_allocate   two threads allocate and free 2-50 KiB
  *                               blocks while another forks, and the parent
- *                               handler allocates and calls malloc_trim:
- *                               between the allocator's handlers the forking
- *                               thread passes every lock, and a trim that
- *                               took the running threads' heap locks too
- *                               left them waiting for their own lock. */
+ *                               and child handlers allocate and call
+ *                               malloc_trim: between the allocator's handlers
+ *                               the forking thread passes every lock, and a
+ *                               trim that took the running threads' heap
+ *                               locks too left them waiting for their own
+ *                               lock (in the child: purged heaps of threads
+ *                               caught mid-update). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -31,7 +33,7 @@
 #include <cmocka.h>
 
 void atfork_prep_hold(void *block);
-void atfork_prep_busy_parent(int on);
+void atfork_prep_busy(int on);
 
 #define TIMEOUT_S 30
 
@@ -105,7 +107,7 @@ static void test_fork_while_threads_allocate(void **state)
     (void)state;
     pthread_t workers[2];
     atomic_store(&churn_stop, 0);
-    atfork_prep_busy_parent(1);
+    atfork_prep_busy(1);
     for (uintptr_t i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&workers[i], NULL, churn, (void *)(i + 1)), 0);
     for (int i = 0; i < 100; i++) {
@@ -117,7 +119,7 @@ static void test_fork_while_threads_allocate(void **state)
     alarm(TIMEOUT_S);                            /* a worker left waiting: a failure */
     for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(workers[i], NULL), 0);
     alarm(0);
-    atfork_prep_busy_parent(0);
+    atfork_prep_busy(0);
 }
 
 int main(void)

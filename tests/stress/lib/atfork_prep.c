@@ -9,10 +9,10 @@
 #include <string.h>
 
 static void *volatile big;        /* a large block the prepare handler frees */
-static volatile int busy_parent;  /* the parent handler allocates and trims */
+static volatile int busy;         /* the parent and child handlers allocate and trim */
 
 void atfork_prep_hold(void *block) { big = block; }
-void atfork_prep_busy_parent(int on) { busy_parent = on; }
+void atfork_prep_busy(int on) { busy = on; }
 
 static void prepare(void)
 {
@@ -25,11 +25,10 @@ static void prepare(void)
 }
 
 /* Busy: enough L2 blocks to take slow paths, then malloc_trim, which
- * reaches every heap (the other threads' too, which are running). */
-static void parent(void)
+ * reaches every heap (in the parent the other threads', which are running;
+ * in the child those of threads that no longer exist). */
+static void allocate_and_trim(void)
 {
-    free(strdup("parent handler"));
-    if (!busy_parent) return;
     void *blocks[200];
     for (int i = 0; i < 200; i++) {
         blocks[i] = malloc(30000);
@@ -38,7 +37,18 @@ static void parent(void)
     for (int i = 0; i < 200; i++) free(blocks[i]);
     malloc_trim(0);
 }
-static void child(void)  { free(strdup("child handler")); }
+
+static void parent(void)
+{
+    free(strdup("parent handler"));
+    if (busy) allocate_and_trim();
+}
+
+static void child(void)
+{
+    free(strdup("child handler"));
+    if (busy) allocate_and_trim();
+}
 
 __attribute__((constructor)) static void register_handlers(void)
 {
