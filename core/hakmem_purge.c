@@ -49,7 +49,10 @@
  * (purge_bounded: past HAK_IDLE_KEEP_HEAP a live heap, the oldest goes
  * back first), and a heap whose thread leaves is settled as it leaves.
  * No purger running yet or any more (it idled out): the slow paths run its
- * pass as above, and a large block goes back at its free (hakmem.c asks
+ * pass as above, what stays free and resident is bounded as above
+ * (hak_purge_unattended: a free cannot start one, and a program that frees
+ * once it left and makes no malloc slow path again would keep it all), and
+ * a large block goes back at its free (hakmem.c asks
  * hak_purge_keeps_freed), since a program that frees and then idles runs
  * no slow path to start one.
  *
@@ -92,6 +95,7 @@ static _Atomic int purger_idle;        /* nothing stamped: it waits for a wake *
 _Atomic int hak_purge_wanted;          /* a free found no purger: malloc starts one */
 _Atomic uint32_t hak_purge_inline_due; /* no purger: when the owners' paths run
                                           the next pass (| 1), 0 if nothing waits */
+_Atomic bool hak_purge_unattended = true; /* no purger runs: the bound applies */
 _Atomic size_t hak_stamped_net;        /* no purger: stamped less taken back into
                                           use, since ever (hakmem_types.h) */
 _Atomic size_t hak_stamped_floor;      /* ... at which nothing the last bounded
@@ -184,6 +188,16 @@ static uint32_t ending_poll(uint32_t ms, uint32_t *ending) {
     return ms;
 }
 
+/* The purger leaves (or failed to start): the bounded passes take over,
+ * counting from what it left, nothing stamped (hak_stamped_net counted
+ * nothing while it ran). */
+static void bounded_restart(void) {
+    size_t net = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
+    atomic_store_explicit(&hak_stamped_floor, net, memory_order_relaxed);
+    atomic_store_explicit(&bounded_due, net + hak_purge_idle_bound() / 2, memory_order_relaxed);
+    atomic_store(&hak_purge_unattended, true);
+}
+
 static void *purger_main(void *arg) {
     (void)arg;
     uint32_t delay = hak_purge_delay();
@@ -216,16 +230,20 @@ static void *purger_main(void *arg) {
             }
             /* Going: anything stamped after the pass saw purger_running
              * set, or is seen by this second pass (stamps are made under
-             * the locks the pass takes). */
+             * the locks the pass takes).  From here the frees bound what
+             * stays resident (unattended), counting from nothing left. */
+            bounded_restart();
             atomic_store(&purger_running, 0);
             wait = purger_pass();
             if (wait == HAK_PURGE_NONE) return NULL;
             int expected = 0;
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
+            atomic_store(&hak_purge_unattended, false);
             idle = false;       /* that pass found work: back in service */
         }
         hak_os_sleep_on(&purger_wake, ending_poll(wait + slack + 1, &ending));
     }
+    bounded_restart();
     atomic_store(&purger_running, 0);
     return NULL;
 }
@@ -381,10 +399,12 @@ void hak_purge_kick(void) {
     atomic_store_explicit(&hak_purge_wanted, 0, memory_order_relaxed);
     int expected = 0;
     if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return;
+    atomic_store(&hak_purge_unattended, false);
     if (purger_start()) {
         atomic_store_explicit(&start_failures, 0, memory_order_relaxed);
         return;
     }
+    bounded_restart();
     atomic_store(&purger_running, 0);
     atomic_store_explicit(&start_failed_at, hak_now_ms(), memory_order_relaxed);
     if (atomic_fetch_add_explicit(&start_failures, 1, memory_order_relaxed) + 1 >= START_TRIES)
@@ -394,7 +414,9 @@ void hak_purge_kick(void) {
 
 /* The same from free: never starts a thread (see the top of this file).
  * Until the next malloc slow path starts one, or for good where none can
- * be made, the free paths give back what falls due themselves. */
+ * be made, the free paths give back what falls due themselves, and what
+ * stays free and resident is bounded (a program that frees after the
+ * purger left and makes no malloc slow path again would keep it all). */
 void hak_purge_request(void) {
     if (hak_purge_delay() == 0) return;
     if (atomic_load_explicit(&purger_running, memory_order_seq_cst)) {
@@ -402,8 +424,8 @@ void hak_purge_request(void) {
         return;
     }
     inline_schedule(hak_purge_delay());
-    if (hak_purge_no_thread()) purge_bounded(false);
-    else atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
+    if (!hak_purge_no_thread()) atomic_store_explicit(&hak_purge_wanted, 1, memory_order_relaxed);
+    purge_bounded(false);
 }
 
 bool hak_purge_keeps_freed(void) {
@@ -517,6 +539,7 @@ void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
  * falls due and its large blocks go back at their free. */
 void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
+    if (had) bounded_restart();
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_idle, 0, memory_order_relaxed);

@@ -400,9 +400,10 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
  * it will give back is freed; the shared L2.5 heap's kick, passed on to
  * the thread whose refill or flush it was).
  *
- * With no purger for good, what they stamp and what they take back into
- * use is also summed over all heaps (hak_stamped_net: the bounded passes'
- * trigger, hakmem_purge.c); not otherwise, as it is a shared counter.  It
+ * While no purger runs (none yet, none any more, none for good), what they
+ * stamp and what they take back into use is also summed over all heaps
+ * (hak_stamped_net: the bounded passes' trigger, hakmem_purge.c); not
+ * otherwise, as it is a shared counter.  It
  * never goes below hak_stamped_floor, where the free memory the last
  * bounded pass left would all be in use again, and the stamps not yet
  * counted (a kick's worth a heap) too: what is taken is counted by the
@@ -411,12 +412,13 @@ static inline void hak_heap_unlock(hak_heap_t *h) {
  * pile up past the bound unseen. */
 #define HAK_PURGE_WANTED ((size_t)1 << 62)
 HAK_INTERNAL extern _Atomic size_t hak_stamped_net, hak_stamped_floor;
+HAK_INTERNAL extern _Atomic bool hak_purge_unattended;
 static inline void hak_stamped_add(size_t bytes) {
-    if (hak_purge_no_thread())
+    if (atomic_load_explicit(&hak_purge_unattended, memory_order_relaxed))
         atomic_fetch_add_explicit(&hak_stamped_net, bytes, memory_order_relaxed);
 }
 static inline void hak_stamped_reused(size_t bytes) {
-    if (!hak_purge_no_thread() || bytes == 0) return;
+    if (bytes == 0 || !atomic_load_explicit(&hak_purge_unattended, memory_order_relaxed)) return;
     size_t floor = atomic_load_explicit(&hak_stamped_floor, memory_order_relaxed);
     size_t cur = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed), next;
     do {

@@ -38,6 +38,16 @@
  *     nursery the blocks they took from it while young.  The threads run
  *     on the test's own stacks, which glibc does not cache.
  *
+ * test_giveback_heapless_frees
+ *     A thread allocates 64 MiB of 100 000 B blocks (L2.5: the shared
+ *     heap's) and is joined; a new thread that never allocates (it has no
+ *     heap) frees them all and exits; the main thread keeps allocating and
+ *     freeing small blocks for 3 s.  The resident size must come back within
+ *     24 MiB of the start (the bound and some slack): the frees went back to
+ *     their slabs.  Pushed as remote frees they waited for a timed purger
+ *     pass to collect them, and with HAKMEM_PURGE_THREAD=0 none comes (all
+ *     64 MiB stayed).
+ *
  * test_giveback_trim_idle_threads
  *     8 threads allocate and free 16 MiB each over every tier, then wait,
  *     alive: malloc_trim(0) gives back what it can and returns 0, their
@@ -296,6 +306,49 @@ static int child_trim_idle(void)
     return 0;
 }
 
+enum { HEAPLESS_N = 640, HEAPLESS_SIZE = 100000 };
+static void *heapless_blocks[HEAPLESS_N];
+
+static void *heapless_alloc(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HEAPLESS_N; i++) {
+        heapless_blocks[i] = malloc(HEAPLESS_SIZE);
+        if (heapless_blocks[i] != NULL) memset(heapless_blocks[i], 0x6d, HEAPLESS_SIZE);
+    }
+    return NULL;
+}
+
+static void *heapless_free(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HEAPLESS_N; i++) free(heapless_blocks[i]);
+    return NULL;
+}
+
+static int child_heapless(void)
+{
+    size_t base = st_rss_bytes();
+    pthread_t t;
+    if (pthread_create(&t, NULL, heapless_alloc, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
+    for (int i = 0; i < HEAPLESS_N; i++)
+        if (heapless_blocks[i] == NULL) return 1;
+    size_t full = st_rss_bytes();
+    if (pthread_create(&t, NULL, heapless_free, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
+    size_t goal = base + 24 * MiB, rss = st_rss_bytes();
+    for (double t0 = st_now(); st_now() - t0 < 3;) {     /* busy, not idle: slow paths run */
+        for (int i = 0; i < 1000; i++) free(malloc(64 + (size_t)i % 512));
+        sleep_ms(10);
+    }
+    for (double t0 = st_now(); (rss = st_rss_bytes()) > goal && st_now() - t0 < 10 * DELAY_MS / 1000.0;)
+        sleep_ms(50);
+    printf("heapless frees: RSS %zu KiB at the start, %zu KiB with the blocks, %zu KiB after a "
+           "thread with no heap freed them (goal %zu)\n", base >> 10, full >> 10, rss >> 10,
+           goal >> 10);
+    if (rss > goal) { printf("FAIL: the blocks a thread with no heap freed stayed resident\n"); return 1; }
+    return 0;
+}
+
 /* ---- the tests ------------------------------------------------------------------------ */
 static void run_child(const char *name)
 {
@@ -310,6 +363,7 @@ static void test_giveback_daemon_frees_and_idles(void **state) { (void)state; ru
 static void test_giveback_many_threads(void **state) { (void)state; run_child("threads"); }
 static void test_giveback_exited_heaps_settle(void **state) { (void)state; run_child("settle"); }
 static void test_giveback_trim_idle_threads(void **state) { (void)state; run_child("trim-idle"); }
+static void test_giveback_heapless_frees(void **state) { (void)state; run_child("heapless"); }
 
 int main(int argc, char **argv)
 {
@@ -324,6 +378,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "threads") == 0) return child_many_threads();
         if (strcmp(argv[2], "settle") == 0) return child_settle();
         if (strcmp(argv[2], "trim-idle") == 0) return child_trim_idle();
+        if (strcmp(argv[2], "heapless") == 0) return child_heapless();
         return 2;
     }
     struct CMUnitTest tests[] = {
@@ -331,6 +386,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_giveback_many_threads),
         cmocka_unit_test(test_giveback_exited_heaps_settle),
         cmocka_unit_test(test_giveback_trim_idle_threads),
+        cmocka_unit_test(test_giveback_heapless_frees),
     };
     return st_run_group_tests(tests, NULL, NULL);
 }

@@ -58,6 +58,13 @@
  *     purger would give back, went back at its free.  The next malloc slow
  *     path starts the purger.
  *
+ * test_freed_after_purger_left  (delay 100 ms)
+ *     57 MiB of 5000 B blocks allocated (the purger starts), the purger let
+ *     go, then every block freed and no call into the allocator after: a
+ *     free cannot start a purger, so what stays free and resident must be
+ *     bounded as with none for good (16 MiB and some slack above the
+ *     start).  It stayed all resident before the bound applied here.
+ *
  * test_l25_memory_back_after_delay  (delay 200 ms)
  *     The main thread's first allocations: 200 blocks of 300 KiB (L2.5
  *     only: their slabs are the shared heap's), written, then freed, and
@@ -760,6 +767,40 @@ static long threads_now(void)
     return v;
 }
 
+/* Freed after the purger left: the blocks were allocated while a purger
+ * ran, the program idled until it went, then freed them all and made no
+ * call into the allocator again (the frees' own slow paths are all it
+ * takes).  Nothing will start a purger, so what stays free and resident
+ * must be bounded as with none for good (RELIABILITY.md section 6). */
+static int child_freed_after_purger_left(void)
+{
+    enum { N = 12000, SIZE = 5000 };      /* 57 MiB of L2 blocks */
+    static void *blocks[N];
+    size_t base = st_rss_bytes();
+    for (int i = 0; i < N; i++) {
+        if ((blocks[i] = malloc(SIZE)) == NULL) return 1;
+        memset(blocks[i], 0x5c, SIZE);
+    }
+    long t = threads_now();
+    for (double t0 = st_now(); t > 1 && st_now() - t0 < 20;) {
+        sleep_ms(50);
+        t = threads_now();
+    }
+    if (t != 1) { printf("FAIL: the purger did not go (%ld threads)\n", t); return 1; }
+    size_t full = st_rss_bytes();
+    for (int i = 0; i < N; i++) free(blocks[i]);
+    size_t goal = base + 16 * MiB + 8 * MiB, rss = st_rss_bytes();   /* HAK_IDLE_KEEP_MIN, slack */
+    for (double t0 = st_now(); rss > goal && st_now() - t0 < 5;) {
+        sleep_ms(100);
+        rss = st_rss_bytes();
+    }
+    printf("freed after the purger left: RSS %zu KiB at the start, %zu KiB full, %zu KiB after "
+           "the frees (goal %zu), %ld threads\n", base >> 10, full >> 10, rss >> 10, goal >> 10,
+           threads_now());
+    if (rss > goal) { printf("FAIL: the freed memory stayed resident, unbounded\n"); return 1; }
+    return 0;
+}
+
 static int child_free_no_thread(void)
 {
     void *big = malloc(24 * MiB);
@@ -813,6 +854,7 @@ static void test_trim_reaches_live_thread(void **state) { (void)state; run_child
 static void test_fork_while_purge_due(void **state) { (void)state; run_child("fork", "50"); }
 static void test_large_reuse(void **state) { (void)state; run_child("large", "600000"); }
 static void test_free_starts_no_thread(void **state) { (void)state; run_child("free-no-thread", "100"); }
+static void test_freed_after_purger_left(void **state) { (void)state; run_child("after-purger", "100"); }
 static void test_l25_memory_back_after_delay(void **state) { (void)state; run_child("l25-after-delay", "200"); }
 static void test_l2_pinned_memory_back_after_delay(void **state)
 {
@@ -842,6 +884,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[2], "fork") == 0) return child_fork();
         if (strcmp(argv[2], "large") == 0) return child_large();
         if (strcmp(argv[2], "free-no-thread") == 0) return child_free_no_thread();
+        if (strcmp(argv[2], "after-purger") == 0) return child_freed_after_purger_left();
         if (strcmp(argv[2], "l25-after-delay") == 0) return child_l25_after_delay();
         if (strcmp(argv[2], "l2-pinned") == 0) return child_l2_pinned_after_delay();
         if (strcmp(argv[2], "idle-rings") == 0) return child_idle_rings();
@@ -860,6 +903,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fork_while_purge_due),
         cmocka_unit_test(test_large_reuse),
         cmocka_unit_test(test_free_starts_no_thread),
+        cmocka_unit_test(test_freed_after_purger_left),
         cmocka_unit_test(test_l25_memory_back_after_delay),
         cmocka_unit_test(test_l2_pinned_memory_back_after_delay),
         cmocka_unit_test(test_idle_rings_back_after_delay),
