@@ -13,6 +13,13 @@
  * the slab's heap has no thread to collect it: the caller starts the
  * purger. */
 static bool remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t n) {
+    /* While no purger runs, blocks freed into a heap that no thread
+     * collects from count toward the bound on free memory, and the freer
+     * asks for the bounded pass (hakmem_purge.c): it reclaims them.  Read
+     * before the push, while the slab surely lives. */
+    bool unowned = atomic_load_explicit(&hak_purge_unattended, memory_order_relaxed) &&
+                   hak_heap_state(s->owner) == HAK_HEAP_ABANDONED;
+    if (unowned) hak_stamped_add((size_t)n * hak_class_block_size[s->cls]);
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
         hak_link_set(tail, (hak_block_t *)(old & HAK_REMOTE_LIST));
@@ -32,7 +39,7 @@ static bool remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uin
         /* No thread will collect it: the purger does (hakmem_purge.c). */
         return hak_heap_state(owner) == HAK_HEAP_ABANDONED;
     }
-    return false;
+    return unowned;
 }
 
 __thread hak_remote_batches_t hak_tls_remote;
