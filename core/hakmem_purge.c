@@ -188,13 +188,18 @@ static uint32_t ending_poll(uint32_t ms, uint32_t *ending) {
     return ms;
 }
 
-/* The purger leaves (or failed to start): the bounded passes take over,
- * counting from what it left, nothing stamped (hak_stamped_net counted
- * nothing while it ran). */
-static void bounded_restart(void) {
+static void purge_bounded(bool wait_lock);
+
+/* The purger leaves: the bounded passes take over (hak_stamped_net counted
+ * nothing while it ran).  After a pass that found nothing stamped they
+ * count from there; else (it leaves with the process's last thread, or a
+ * fork's child lost it) what it left is not known, and the next request
+ * runs a pass, which measures it. */
+static void bounded_restart(bool nothing_left) {
     size_t net = atomic_load_explicit(&hak_stamped_net, memory_order_relaxed);
     atomic_store_explicit(&hak_stamped_floor, net, memory_order_relaxed);
-    atomic_store_explicit(&bounded_due, net + hak_purge_idle_bound() / 2, memory_order_relaxed);
+    size_t room = nothing_left ? hak_purge_idle_bound() / 2 : 0;
+    atomic_store_explicit(&bounded_due, net + room, memory_order_relaxed);
     atomic_store(&hak_purge_unattended, true);
 }
 
@@ -231,11 +236,15 @@ static void *purger_main(void *arg) {
             /* Going: anything stamped after the pass saw purger_running
              * set, or is seen by this second pass (stamps are made under
              * the locks the pass takes).  From here the frees bound what
-             * stays resident (unattended), counting from nothing left. */
-            bounded_restart();
+             * stays resident (unattended), counting from nothing left; a
+             * bounded pass that found this last pass under way runs now. */
+            bounded_restart(true);
             atomic_store(&purger_running, 0);
             wait = purger_pass();
-            if (wait == HAK_PURGE_NONE) return NULL;
+            if (wait == HAK_PURGE_NONE) {
+                if (atomic_load_explicit(&bounded_missed, memory_order_relaxed)) purge_bounded(false);
+                return NULL;
+            }
             int expected = 0;
             if (!atomic_compare_exchange_strong(&purger_running, &expected, 1)) return NULL;
             atomic_store(&hak_purge_unattended, false);
@@ -243,7 +252,7 @@ static void *purger_main(void *arg) {
         }
         hak_os_sleep_on(&purger_wake, ending_poll(wait + slack + 1, &ending));
     }
-    bounded_restart();
+    bounded_restart(false);
     atomic_store(&purger_running, 0);
     return NULL;
 }
@@ -283,7 +292,8 @@ size_t hak_purge_idle_bound(void) {
     return bound < HAK_IDLE_KEEP_MIN ? HAK_IDLE_KEEP_MIN : bound;
 }
 
-/* With no purger for good, past HAK_IDLE_KEEP_HEAP bytes per live heap
+/* While no purger runs (for good, not yet or not any more), past
+ * HAK_IDLE_KEEP_HEAP bytes per live heap
  * (HAK_IDLE_KEEP_MIN at least) of free memory left resident, the oldest
  * goes back first: passes with a shorter and shorter delay until what is
  * left fits, each giving back only what brings it down to half the bound
@@ -348,7 +358,8 @@ static void purge_bounded(bool wait_lock) {
  * the lock held, and its kick may be the program's last). */
 static void purge_unlock(void) {
     hak_unlock(&purge_lock);
-    if (atomic_load_explicit(&bounded_missed, memory_order_relaxed) && hak_purge_no_thread())
+    if (atomic_load_explicit(&bounded_missed, memory_order_relaxed) &&
+        atomic_load_explicit(&hak_purge_unattended, memory_order_relaxed))
         purge_bounded(false);
 }
 
@@ -404,7 +415,7 @@ void hak_purge_kick(void) {
         atomic_store_explicit(&start_failures, 0, memory_order_relaxed);
         return;
     }
-    bounded_restart();
+    atomic_store(&hak_purge_unattended, true);   /* what it counted stands */
     atomic_store(&purger_running, 0);
     atomic_store_explicit(&start_failed_at, hak_now_ms(), memory_order_relaxed);
     if (atomic_fetch_add_explicit(&start_failures, 1, memory_order_relaxed) + 1 >= START_TRIES)
@@ -539,7 +550,7 @@ void hak_purge_fork_parent(void) { hak_unlock(&purge_lock); }
  * falls due and its large blocks go back at their free. */
 void hak_purge_fork_child(void) {
     bool had = atomic_load_explicit(&purger_running, memory_order_relaxed) != 0;
-    if (had) bounded_restart();
+    if (had) bounded_restart(false);
     atomic_store_explicit(&purger_running, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_wake, 0, memory_order_relaxed);
     atomic_store_explicit(&purger_idle, 0, memory_order_relaxed);

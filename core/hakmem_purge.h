@@ -24,8 +24,8 @@ HAK_INTERNAL extern _Atomic int hak_purge_wanted;
  * Not while a purger is merely not started yet: a program that frees and
  * then idles would run no slow path to start one. */
 HAK_INTERNAL bool hak_purge_keeps_freed(void);
-/* With no purger for good: the free memory kept resident at most (beyond
- * it the oldest goes back), for the number of threads with a heap now. */
+/* While no purger runs: the free memory kept resident at most (beyond it
+ * the oldest goes back), for the number of threads with a heap now. */
 HAK_INTERNAL size_t hak_purge_idle_bound(void);
 HAK_INTERNAL void hak_purge_thread_left(void);
 
