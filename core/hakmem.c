@@ -325,18 +325,13 @@ static HAK_NOINLINE void free_ring_full(hak_heap_t *h, hak_ring_t *r, void *p) {
 static HAK_NOINLINE void free_slab_block(void *p) {
     hak_slab_t *s = hak_slab_of(p);     /* a live slab: p passed the check */
     hak_heap_t *h = hak_tls_own_heap;
-    if (s->owner == &hak_l25_heap) {
+    if (s->owner == &hak_l25_heap && h != NULL) {
         /* An L2.5 block (its slabs are shared: hakmem_l25_pool.c): into
          * the freeing thread's own ring, whichever thread took it; a full
          * ring goes back to the shared slabs half at a time, one lock for
          * the lot (a consumer of another thread's blocks pays that rather
-         * than a CAS per block).  A thread with no heap returns it to its
-         * slab itself. */
+         * than a CAS per block). */
         if (hak_opt.stats) hak_stats_free(s->cls, hak_class_block_size[s->cls], false);
-        if (h == NULL) {
-            if (hak_l25_return_block(p)) hak_purge_request();
-            return;
-        }
         hak_ring_t *r = hak_pool_ring(h, s->cls);
         if (!hak_pool_free(r, p)) free_ring_full(h, r, p);
         return;

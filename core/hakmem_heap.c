@@ -436,9 +436,11 @@ static void nursery_settle(void) {
  * as for every heap, what has stayed free for the delay goes back (in this
  * order, so that malloc_trim gives back the slabs it retires); the empty
  * SuperSlabs that left clean go to the cache (it keeps dirty ones:
- * release_ok, hakmem_superslab.c).  The sweeps are the timed passes' only
- * (sc->sweep): with no purger the bounded passes may come every few ms,
- * and a spare retired each time would be no spare. */
+ * release_ok, hakmem_superslab.c).  The bare sweeps are the timed passes'
+ * only (sc->sweep): with no purger the bounded passes may come every few
+ * ms, and a spare retired each time would be no spare; theirs collects the
+ * remote frees and keeps the spares (a thread with no heap that frees L2.5
+ * blocks leaves them there, and with no purger nothing else would). */
 void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     hak_heap_t *s = &hak_l25_heap;
     if (!trylock) hak_heap_lock(s);
@@ -446,6 +448,8 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
         if (sc->sweep) {
             heap_sweep_bare(s);
             hak_slab_shared_spares_reset();
+        } else {
+            heap_sweep(s);      /* remote frees only: spares stay */
         }
         size_t before = sc->left;
         hak_slab_purge_heap(s, sc);

@@ -18,7 +18,6 @@
  * budget so a thread does not sit on 16 MiB of 1 MiB blocks
  * (HAK_L25_RING_BUDGET; at least two blocks), and by HAKMEM_L25_RING_CAP. */
 #include "hakmem_l25_pool.h"
-#include "hakmem_pool.h"
 #include "hakmem_slab.h"
 #include "box/size_class_box.h"
 #include "hakmem_options.h"
@@ -40,16 +39,4 @@ unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **cha
     unsigned got = hak_class_take(s, cls, n, n, chain);
     if (hak_l25_unlock()) h->purge_pending |= HAK_PURGE_WANTED;
     return got;
-}
-
-/* A block freed by a thread with no heap (it never allocated, or its heap
- * is gone at exit): straight back to its slab under the shared heap's lock,
- * stamped, as a ring flush returns it.  Pushed as a remote free it would
- * wait for a timed purger pass to collect it, and with no purger for good
- * none comes (200 MiB stayed resident).  Says whether the shared heap has
- * stamped enough to start the purger. */
-bool hak_l25_return_block(void *p) {
-    hak_l25_lock();
-    hak_pool_return_block(&hak_l25_heap, p);
-    return hak_l25_unlock();
 }

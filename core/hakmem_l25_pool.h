@@ -9,7 +9,6 @@
 
 HAK_INTERNAL unsigned hak_l25_ring_cap(unsigned cls);
 HAK_INTERNAL unsigned hak_l25_take(hak_heap_t *h, unsigned cls, unsigned n, hak_block_t **chain);
-HAK_INTERNAL bool hak_l25_return_block(void *p);
 
 /* The heap the L2.5 slabs belong to, shared by every thread (set up with
  * the thread heaps by hakmem_heap.c).  Threads take its lock here; the

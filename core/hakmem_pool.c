@@ -127,8 +127,7 @@ static void block_return(hak_heap_t *h, void *p, uint32_t now, bool at_once) {
 }
 
 /* One block of any class straight back to its slab, as a ring flush
- * returns it (the profiler's heaps, which have no rings, and the shared
- * L2.5 heap for a thread with no heap: hak_l25_return_block). */
+ * returns it (the profiler's heaps, which have no rings). */
 void hak_pool_return_block(hak_heap_t *h, void *p) {
     hak_slab_t *s = hak_slab_of(p);
     hak_heap_lock(h);          /* the purger reads the ring classes' slabs */

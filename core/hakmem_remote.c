@@ -1,5 +1,6 @@
 /* Remote frees and the NOTIFY protocol: see hakmem_remote.h. */
 #include "hakmem_remote.h"
+#include "hakmem_heap.h"
 #include "box/size_class_box.h"
 
 #include <pthread.h>
@@ -14,11 +15,12 @@
  * purger. */
 static bool remote_push(hak_slab_t *s, hak_block_t *head, hak_block_t *tail, uint32_t n) {
     /* While no purger runs, blocks freed into a heap that no thread
-     * collects from count toward the bound on free memory, and the freer
-     * asks for the bounded pass (hakmem_purge.c): it reclaims them.  Read
-     * before the push, while the slab surely lives. */
+     * collects from (an abandoned heap, the shared L2.5 heap, the nursery)
+     * count toward the bound on free memory, and the freer asks for the
+     * bounded pass (hakmem_purge.c): it reclaims them.  Read before the
+     * push, while the slab surely lives. */
     bool unowned = atomic_load_explicit(&hak_purge_unattended, memory_order_relaxed) &&
-                   hak_heap_state(s->owner) == HAK_HEAP_ABANDONED;
+                   (hak_heap_state(s->owner) == HAK_HEAP_ABANDONED || hak_heap_is_shared(s->owner));
     if (unowned) hak_stamped_add((size_t)n * hak_class_block_size[s->cls]);
     uintptr_t old = atomic_load_explicit(&s->remote, memory_order_relaxed);
     do {
