@@ -465,9 +465,9 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
         sc->left += atomic_load_explicit(&s->purge_left, memory_order_relaxed);
     }
     /* The nursery: as any thread's heap, swept as its thread would (it
-     * keeps its spares and Tiny caches for the next young threads), its
-     * due memory given back; malloc_trim (delay 0) flushes its caches and
-     * sweeps it bare. */
+     * keeps its spares and Tiny caches for the next young threads; the
+     * bounded passes too), its due memory given back; malloc_trim (delay 0)
+     * flushes its caches and sweeps it bare. */
     hak_heap_t *n = &hak_nursery_heap;
     if (!trylock) hak_heap_lock(n);
     else if (!hak_heap_trylock(n)) {
@@ -478,8 +478,8 @@ void hak_heap_purge_shared(hak_purge_scan_t *sc, bool trylock) {
     if (sc->sweep && sc->delay == 0) {
         heap_flush_rings(n);
         heap_sweep_bare(n);
-    } else if (sc->sweep) {
-        heap_sweep(n);
+    } else {
+        heap_sweep(n);      /* a bounded pass's too: remote frees count toward its bound */
     }
     size_t before = sc->left;
     hak_slab_purge_heap(n, sc);
