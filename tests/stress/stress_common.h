@@ -370,6 +370,19 @@ static inline size_t st_rss_bytes(void)
     return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* The resident size, polled until it is at most goal or max_secs have
+ * passed (no allocation meanwhile). */
+static inline size_t st_wait_rss_below(size_t goal, double max_secs)
+{
+    double t0 = st_now();
+    size_t rss;
+    while ((rss = st_rss_bytes()) > goal && st_now() - t0 < max_secs) {
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    return rss;
+}
+
 /* Run `self` (this program, /proc/self/exe resolved) again as
  * `self --child NAME` with HAKMEM_PURGE_DELAY_MS=delay in place of the
  * caller's (the rest of the environment, the gate matrix's setting

@@ -344,13 +344,12 @@ static int child_heapless(void)
         if (heapless_blocks[i] == NULL) return 1;
     size_t full = st_rss_bytes();
     if (pthread_create(&t, NULL, heapless_free, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
-    size_t goal = base + 24 * MiB, rss = st_rss_bytes();
+    size_t goal = base + 24 * MiB;
     for (double t0 = st_now(); st_now() - t0 < 3;) {     /* busy, not idle: slow paths run */
         for (int i = 0; i < 1000; i++) free(malloc(64 + (size_t)i % 512));
         sleep_ms(10);
     }
-    for (double t0 = st_now(); (rss = st_rss_bytes()) > goal && st_now() - t0 < 10 * DELAY_MS / 1000.0;)
-        sleep_ms(50);
+    size_t rss = st_wait_rss_below(goal, 10 * DELAY_MS / 1000.0);
     printf("heapless frees: RSS %zu KiB at the start, %zu KiB with the blocks, %zu KiB after a "
            "thread with no heap freed them (goal %zu)\n", base >> 10, full >> 10, rss >> 10,
            goal >> 10);
@@ -387,9 +386,8 @@ static int child_exited_blocks(void)
         }
     /* the bound (16 MiB with one live heap), a kick's worth a heap, and
      * free blocks a bounded pass does not reach yet (measured 18-27 MiB) */
-    size_t goal = base + 32 * MiB, rss;
-    for (double t0 = st_now(); (rss = st_rss_bytes()) > goal && st_now() - t0 < 10 * DELAY_MS / 1000.0;)
-        sleep_ms(50);
+    size_t goal = base + 32 * MiB;
+    size_t rss = st_wait_rss_below(goal, 10 * DELAY_MS / 1000.0);
     printf("exited threads' blocks: RSS %zu KiB at the start, %zu KiB with the blocks, %zu KiB "
            "after the main thread freed them and idled (goal %zu)\n", base >> 10, full >> 10,
            rss >> 10, goal >> 10);

@@ -136,14 +136,6 @@ static void sleep_ms(unsigned ms)
 
 /* Poll the resident size (no allocation in between) until it is at most
  * goal or max_secs have passed; returns the last value. */
-static size_t wait_rss_below(size_t goal, double max_secs)
-{
-    double t0 = st_now();
-    size_t rss;
-    while ((rss = st_rss_bytes()) > goal && st_now() - t0 < max_secs) sleep_ms(20);
-    return rss;
-}
-
 /* ==== hand-off without join ============================================== */
 #define CHAINS       2
 #define GENERATIONS  60
@@ -337,7 +329,7 @@ static int child_after_delay(void)
      * per L2.5 class: some 20 MiB here), which only the thread itself hands
      * back, on its next slow path. */
     size_t goal = rss0 + (rss_full - rss0) / 3;
-    size_t rss_back = wait_rss_below(goal, 10.0);
+    size_t rss_back = st_wait_rss_below(goal, 10.0);
     hak_info_t i1 = info_now();
     printf("after delay (main thread): RSS %zu KiB, full %zu, freed %zu, %zu after waiting (goal %zu); "
            "decommits %zu -> %zu\n", rss0 >> 10, rss_full >> 10, rss_freed >> 10, rss_back >> 10,
@@ -361,7 +353,7 @@ static int child_after_delay(void)
     size_t rss_held = st_rss_bytes();
     for (size_t i = 0; i < left_behind; i++) item_free(&tab_thread[i], "exited-thread");
     goal = rss1 + (rss_held - rss1) / 4;
-    size_t rss_back2 = wait_rss_below(goal, 10.0);
+    size_t rss_back2 = st_wait_rss_below(goal, 10.0);
     printf("after delay (exited thread's blocks freed by main): RSS %zu KiB, held %zu, %zu after waiting "
            "(goal %zu)\n", rss1 >> 10, rss_held >> 10, rss_back2 >> 10, goal >> 10);
     if (rss_held < rss1 + 24 * MiB) { printf("FAIL: the thread's blocks were not resident\n"); return 1; }
@@ -439,7 +431,7 @@ static int child_fork(void)
             size_t n = fill(tab_main, TAB_MAX, 48 * MiB, stress_seed() + 100 + (uint64_t)k, 1);
             size_t goal = rss0 + (st_rss_bytes() - rss0) / 2;
             drain(tab_main, n, (uint64_t)k);
-            size_t rss = wait_rss_below(goal, 10.0);
+            size_t rss = st_wait_rss_below(goal, 10.0);
             if (rss > goal) {
                 char msg[160];
                 int len = snprintf(msg, sizeof msg, "child %d: RSS %zu KiB stayed over %zu KiB\n", k,
@@ -585,7 +577,7 @@ static int child_l25_after_delay(void)
     for (int i = 0; i < N; i++) free(blocks[i]);
     /* What may stay: the rings' few blocks of the class (1 MiB) and headers. */
     size_t goal = rss0 + 8 * MiB;
-    size_t rss_back = wait_rss_below(goal, 10.0);
+    size_t rss_back = st_wait_rss_below(goal, 10.0);
     printf("L2.5 blocks only: RSS %zu KiB, full %zu, %zu after waiting (goal %zu)\n", rss0 >> 10,
            rss_full >> 10, rss_back >> 10, goal >> 10);
     if (rss_full < rss0 + 48 * MiB) { printf("FAIL: the blocks were not resident\n"); return 1; }
@@ -614,7 +606,7 @@ static int child_l2_pinned_after_delay(void)
     /* What may stay: the kept blocks, the ring's 48 blocks of the class
      * (2 MiB) and the first 4 KiB page of each freed block (a tenth). */
     size_t goal = rss_full - freed + freed / 10 + 4 * MiB;
-    size_t rss_back = wait_rss_below(goal, 10.0);
+    size_t rss_back = st_wait_rss_below(goal, 10.0);
     printf("L2 slabs held by one block of three: RSS %zu KiB, full %zu, %zu after waiting (goal %zu)\n",
            rss0 >> 10, rss_full >> 10, rss_back >> 10, goal >> 10);
     int bad = 0;
@@ -772,28 +764,29 @@ static long threads_now(void)
  * call into the allocator again (the frees' own slow paths are all it
  * takes).  Nothing will start a purger, so what stays free and resident
  * must be bounded as with none for good (RELIABILITY.md section 6). */
+/* The purger, idle, gone within max_secs: the threads left (1 if so). */
+static long wait_purger_gone(double max_secs)
+{
+    long t = threads_now();
+    for (double t0 = st_now(); t > 1 && st_now() - t0 < max_secs;) {
+        sleep_ms(50);
+        t = threads_now();
+    }
+    return t;
+}
+
 static int child_freed_after_purger_left(void)
 {
     enum { N = 12000, SIZE = 5000 };      /* 57 MiB of L2 blocks */
     static void *blocks[N];
     size_t base = st_rss_bytes();
-    for (int i = 0; i < N; i++) {
-        if ((blocks[i] = malloc(SIZE)) == NULL) return 1;
-        memset(blocks[i], 0x5c, SIZE);
-    }
-    long t = threads_now();
-    for (double t0 = st_now(); t > 1 && st_now() - t0 < 20;) {
-        sleep_ms(50);
-        t = threads_now();
-    }
+    if (alloc_filled(blocks, N, SIZE, 0x5c)) return 1;
+    long t = wait_purger_gone(20);
     if (t != 1) { printf("FAIL: the purger did not go (%ld threads)\n", t); return 1; }
     size_t full = st_rss_bytes();
     for (int i = 0; i < N; i++) free(blocks[i]);
-    size_t goal = base + 16 * MiB + 8 * MiB, rss = st_rss_bytes();   /* HAK_IDLE_KEEP_MIN, slack */
-    for (double t0 = st_now(); rss > goal && st_now() - t0 < 5;) {
-        sleep_ms(100);
-        rss = st_rss_bytes();
-    }
+    size_t goal = base + 16 * MiB + 8 * MiB;     /* HAK_IDLE_KEEP_MIN, slack */
+    size_t rss = st_wait_rss_below(goal, 5.0);
     printf("freed after the purger left: RSS %zu KiB at the start, %zu KiB full, %zu KiB after "
            "the frees (goal %zu), %ld threads\n", base >> 10, full >> 10, rss >> 10, goal >> 10,
            threads_now());
@@ -813,11 +806,7 @@ static int child_free_no_thread(void)
         memset(mid[i], 0x5b, 100000);
     }
     long with_purger = threads_now();
-    long t = with_purger;
-    for (double t0 = st_now(); t > 1 && st_now() - t0 < 10;) {
-        sleep_ms(50);
-        t = threads_now();
-    }
+    long t = wait_purger_gone(10);
     if (t != 1) { printf("FAIL: the purger did not go (%ld threads)\n", t); return 1; }
     free(big);             /* no purger to give it back later: it goes back now */
     hak_info_t held = info_now();
